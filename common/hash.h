@@ -1,0 +1,28 @@
+#pragma once
+
+// Content hashes for dedupe and caches: hex SHA-256.
+
+#include "absl/strings/string_view.h"
+#include <string>
+#include <string_view>
+
+#include "kforge/v1/candidate.pb.h"
+#include "kforge/v1/problem.pb.h"
+
+namespace kforge {
+
+std::string Sha256Hex(absl::string_view data);
+
+// Removes comments and folds white space, so that a candidate that differs from another only in
+// formatting or comments hashes the same. String and character literals are kept verbatim;
+// preprocessor lines keep their line breaks.
+std::string NormaliseSource(absl::string_view source);
+
+// Hash of everything in the problem except content_hash itself.
+std::string HashProblem(const v1::Problem& problem);
+
+// Hash of normalised source + launch plan + params (sorted). Ids, lineage and timestamps do not
+// count: two candidates with the same hash compute the same thing the same way.
+std::string HashCandidate(const v1::Candidate& candidate);
+
+}  // namespace kforge

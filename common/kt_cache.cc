@@ -1,0 +1,129 @@
+#include "absl/strings/string_view.h"
+#include "common/kt_cache.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace kforge {
+
+absl::StatusOr<std::string> ReadMaybeGzipFile(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    int n = gzread(f, buf, sizeof(buf));
+    if (n < 0) {
+      int err = 0;
+      std::string msg = gzerror(f, &err);
+      gzclose(f);
+      return absl::DataLossError(absl::StrCat(path, ": read failed: ", msg));
+    }
+    if (n == 0) break;
+    out.append(buf, n);
+  }
+  gzclose(f);
+  return out;
+}
+
+std::optional<KtEntry> KtCache::Find(const ParamAssignment& a) const {
+  std::vector<int64_t> vals;
+  for (const auto& k : keys) {
+    auto it = a.find(k);
+    if (it == a.end()) return std::nullopt;
+    vals.push_back(it->second);
+  }
+  auto it = entries.find(absl::StrJoin(vals, ","));
+  if (it == entries.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<double> KtCache::OptimumMs() const {
+  std::optional<double> best;
+  for (const auto& [k, e] : entries) {
+    if (e.ok && (!best || e.time_ms < *best)) best = e.time_ms;
+  }
+  return best;
+}
+
+size_t KtCache::ValidCount() const {
+  size_t n = 0;
+  for (const auto& [k, e] : entries) n += e.ok ? 1 : 0;
+  return n;
+}
+
+absl::StatusOr<KtCache> LoadKtCache(const std::string& path, const std::string& display_name) {
+  const std::string name = display_name.empty() ? path : display_name;
+  auto text = ReadMaybeGzipFile(path);
+  if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat(name, ": ", text.status().message()));
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(name, ": not valid JSON"));
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
+  };
+  if (!j.is_object()) return bad("top level must be an object");
+  KtCache c;
+  if (j.contains("device_name") && j["device_name"].is_string()) c.device_name = j["device_name"];
+  if (j.contains("kernel_name") && j["kernel_name"].is_string()) c.kernel_name = j["kernel_name"];
+  if (!j.contains("tune_params_keys") || !j["tune_params_keys"].is_array()) {
+    return bad("missing tune_params_keys (a list of parameter names)");
+  }
+  if (!j.contains("tune_params") || !j["tune_params"].is_object()) {
+    return bad("missing tune_params (parameter name -> allowed values)");
+  }
+  for (const auto& k : j["tune_params_keys"]) {
+    if (!k.is_string()) return bad("tune_params_keys must hold strings");
+    const std::string key = k;
+    const auto& vals = j["tune_params"].find(key);
+    if (vals == j["tune_params"].end() || !vals->is_array() || vals->empty()) {
+      return bad(absl::StrCat("tune_params.", key, " is missing or empty"));
+    }
+    std::vector<int64_t> v;
+    for (const auto& x : *vals) {
+      if (!x.is_number_integer()) {
+        return bad(absl::StrCat("tune_params.", key, ": only integer values are supported"));
+      }
+      v.push_back(x.get<int64_t>());
+    }
+    c.keys.push_back(key);
+    c.values.push_back(std::move(v));
+  }
+  if (!j.contains("cache") || !j["cache"].is_object()) return bad("missing cache object");
+  for (const auto& [key, rec] : j["cache"].items()) {
+    if (!rec.is_object()) return bad(absl::StrCat("cache['", key, "'] is not an object"));
+    // Rebuild the key from the record so that spacing differences in the file do not matter.
+    std::vector<int64_t> vals;
+    for (const auto& k : c.keys) {
+      auto it = rec.find(k);
+      if (it == rec.end() || !it->is_number_integer()) {
+        return bad(absl::StrCat("cache['", key, "'] lacks integer parameter ", k));
+      }
+      vals.push_back(it->get<int64_t>());
+    }
+    KtEntry e;
+    auto t = rec.find("time");
+    if (t != rec.end() && t->is_number()) {
+      e.ok = true;
+      e.time_ms = t->get<double>();
+    } else if (t != rec.end() && t->is_string()) {
+      e.failure = t->get<std::string>();
+    } else {
+      return bad(absl::StrCat("cache['", key, "'] has no time"));
+    }
+    if (auto it = rec.find("compile_time"); it != rec.end() && it->is_number()) e.compile_ms = *it;
+    if (auto it = rec.find("benchmark_time"); it != rec.end() && it->is_number()) e.benchmark_ms = *it;
+    c.entries[absl::StrJoin(vals, ",")] = std::move(e);
+  }
+  if (c.entries.empty()) return bad("cache is empty");
+  return c;
+}
+
+}  // namespace kforge

@@ -1,0 +1,46 @@
+#pragma once
+
+// Reader for Kernel Tuner cache files (JSON, optionally gzip-compressed): the recorded search
+// space and per-configuration results that the replay backend and the search benchmark use.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/launch.h"
+
+namespace kforge {
+
+struct KtEntry {
+  bool ok = false;
+  double time_ms = 0;        // recorded mean time when ok
+  std::string failure;       // CompilationFailedConfig, RuntimeFailedConfig, InvalidConfig, ...
+  double compile_ms = 0;
+  double benchmark_ms = 0;
+};
+
+struct KtCache {
+  std::string device_name;
+  std::string kernel_name;
+  std::vector<std::string> keys;                   // parameter order
+  std::vector<std::vector<int64_t>> values;        // allowed values per key
+  absl::flat_hash_map<std::string, KtEntry> entries;  // key: comma-joined values in key order
+
+  // Looks up an assignment; nullopt when the configuration is absent (invalid).
+  std::optional<KtEntry> Find(const ParamAssignment& a) const;
+  // The fastest ok entry's time.
+  std::optional<double> OptimumMs() const;
+  size_t ValidCount() const;
+};
+
+// Errors name the file and what is malformed.
+[[nodiscard]] absl::StatusOr<KtCache> LoadKtCache(const std::string& path,
+                                                   const std::string& display_name = "");
+
+// Reads a whole file, transparently gunzipping.
+[[nodiscard]] absl::StatusOr<std::string> ReadMaybeGzipFile(const std::string& path);
+
+}  // namespace kforge

@@ -1,0 +1,23 @@
+#pragma once
+
+// One spdlog logger per component, created by main and passed down (no global registry).
+
+#include "absl/strings/string_view.h"
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "spdlog/spdlog.h"
+
+namespace kforge {
+
+using Logger = std::shared_ptr<spdlog::logger>;
+
+// A logger named after the component that writes "time level [component] message" to stderr.
+Logger MakeLogger(absl::string_view component, spdlog::level::level_enum level = spdlog::level::info);
+
+// "debug" | "info" | "warn" | "error" | "off".
+[[nodiscard]] absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view name);
+
+}  // namespace kforge

@@ -1,0 +1,32 @@
+#include "services/coordinator/coordinator_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kforge::coordinator {
+
+void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
+  AddServerFields(schema, opts.server, "0.0.0.0:7070", "0.0.0.0:9470");
+  schema.Add("store.kind", &opts.store_kind, "sqlite or postgres", [&opts] {
+    return opts.store_kind == "sqlite" || opts.store_kind == "postgres"
+               ? std::string()
+               : absl::StrCat("unknown store kind '", opts.store_kind, "' (expected sqlite or postgres)");
+  });
+  schema.Add("store.url", &opts.store_url, "SQLite file path or postgresql:// connection URL",
+             [&opts] { return opts.store_url.empty() ? std::string("must not be empty") : std::string(); });
+  schema.Add("queue.kind", &opts.queue_kind, "memory or redis", [&opts] {
+    return opts.queue_kind == "memory" || opts.queue_kind == "redis"
+               ? std::string()
+               : absl::StrCat("unknown queue kind '", opts.queue_kind, "' (expected memory or redis)");
+  });
+  schema.Add("queue.url", &opts.queue_url, "redis://host:port of the work queue");
+  schema.Add("llm_proxy.address", &opts.llm_proxy_address,
+             "host:port of kforge-llm-proxy; empty runs the mutators in-process", [&opts] {
+               return opts.llm_proxy_address.empty() ? std::string() : CheckHostPort(opts.llm_proxy_address);
+             });
+  schema.Add("auth.tokens_file", &opts.auth_tokens_file,
+             "YAML map of bearer token to tenant; empty disables authentication");
+  schema.Add("jobs.max_running", &opts.max_jobs_running, "jobs run at once; more wait queued",
+             [&opts] { return opts.max_jobs_running >= 1 ? std::string() : std::string("must be >= 1"); });
+}
+
+}  // namespace kforge::coordinator

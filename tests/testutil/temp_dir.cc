@@ -1,0 +1,61 @@
+#include "absl/strings/string_view.h"
+#include "tests/testutil/temp_dir.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace kforge::testing {
+
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/kforge-test-XXXXXX";
+  char* made = mkdtemp(tmpl.data());
+  if (made == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string TempDir::Write(absl::string_view rel, absl::string_view contents) const {
+  const fs::path p = fs::path(path_) / std::string(rel);
+  fs::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out << contents;
+  return p.string();
+}
+
+std::string TempDir::CopyTree(const std::string& from, absl::string_view rel) const {
+  const fs::path to = fs::path(path_) / std::string(rel);
+  fs::create_directories(to);
+  fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  return to.string();
+}
+
+std::string TempDir::Read(absl::string_view rel) const {
+  std::ifstream in(fs::path(path_) / std::string(rel), std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+#ifndef KFORGE_SOURCE_DIR
+#define KFORGE_SOURCE_DIR "."
+#endif
+#ifndef KFORGE_BINARY_DIR
+#define KFORGE_BINARY_DIR "."
+#endif
+
+std::string SourceDir() { return KFORGE_SOURCE_DIR; }
+std::string BinaryDir() { return KFORGE_BINARY_DIR; }
+
+}  // namespace kforge::testing
