@@ -86,6 +86,43 @@ class Loader {
     return p_;
   }
 
+ // Parses a candidate's launch plan against an already loaded problem.
+  absl::StatusOr<v1::LaunchPlan> LoadPlan(const v1::Problem& problem, const std::string& path) {
+    p_ = problem;
+    file_ = path;
+    for (const auto& s : problem.size_sets(0).sizes()) names_[s.first] = NameKind::kSize;
+    for (const auto& s : problem.scalars()) names_[s.name()] = NameKind::kScalar;
+    for (const auto& b : problem.buffers()) names_[b.name()] = NameKind::kBuffer;
+    for (const auto& d : problem.seed().defines()) names_[d.first] = NameKind::kDefine;
+    for (const auto& prm : problem.seed().params()) names_[prm.name()] = NameKind::kParam;
+    KF_ASSIGN_OR_RETURN(YamlNode root, LoadYamlFile(path));
+    if (!root.is_map()) return root.Error("a launch plan file must be a map with launches (and scratch)");
+    KF_RETURN_IF_ERROR(root.CheckKeys({"launches", "scratch"}));
+    v1::LaunchPlan plan;
+    absl::flat_hash_set<std::string> scratch_names;
+    if (root.Child("scratch").defined()) {
+      KF_ASSIGN_OR_RETURN(auto entries, root.Child("scratch").Entries());
+      for (const auto& [name, v] : entries) {
+        if (names_.contains(name)) return v.Error(absl::StrCat("'", name, "' is already defined"));
+        KF_RETURN_IF_ERROR(v.CheckKeys({"dtype", "shape"}));
+        v1::ScratchBuffer* sb = plan.add_scratch();
+        sb->set_name(name);
+        KF_ASSIGN_OR_RETURN(v1::DType dt, ParseDTypeAt(v.Child("dtype")));
+        sb->set_dtype(dt);
+        KF_RETURN_IF_ERROR(LoadShape(v.Child("shape"), sb->mutable_shape(),
+                                     {NameKind::kSize, NameKind::kParam, NameKind::kDefine}));
+        scratch_names.insert(name);
+      }
+    }
+    KF_ASSIGN_OR_RETURN(auto launches, root.Child("launches").Items());
+    if (launches.empty()) return root.Child("launches").Error("at least one launch is needed");
+    // The source is the candidate's, not known here: kernel names are checked at compile time.
+    for (const auto& l : launches) {
+      KF_RETURN_IF_ERROR(LoadLaunch(l, "", "", scratch_names, plan.add_launches()));
+    }
+    return plan;
+  }
+
  private:
   absl::Status Declare(const YamlNode& at, const std::string& name, NameKind kind) {
     if (!IsIdentifier(name)) {
@@ -487,7 +524,7 @@ class Loader {
     KF_ASSIGN_OR_RETURN(std::string kernel, node.Child("kernel").AsString());
     if (!IsIdentifier(kernel)) return node.Child("kernel").Error(absl::StrCat("'", kernel, "' is not a kernel name"));
     const std::regex def("\\b" + kernel + "\\s*\\(");
-    if (!std::regex_search(source, def)) {
+    if (!source_file.empty() && !std::regex_search(source, def)) {
       return node.Child("kernel").Error(absl::StrCat("kernel '", kernel, "' is not defined in ", source_file));
     }
     l->set_kernel(kernel);
@@ -644,5 +681,10 @@ class Loader {
 }  // namespace
 
 absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir) { return Loader(dir).Load(); }
+
+absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanFile(const v1::Problem& problem, const std::string& path) {
+  if (problem.size_sets().empty()) return absl::InvalidArgumentError("problem has no size sets");
+  return Loader("").LoadPlan(problem, path);
+}
 
 }  // namespace kforge

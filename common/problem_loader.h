@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kforge/v1/candidate.pb.h"
 #include "kforge/v1/problem.pb.h"
 
 namespace kforge {
@@ -13,5 +14,11 @@ namespace kforge {
 inline constexpr int64_t kMaxSourceBytes = 1 << 20;
 
 [[nodiscard]] absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir);
+
+// Reads a launch plan file (YAML with `launches:` and optional `scratch:`, in the seed's format)
+// for a candidate of `problem`; names are checked against the problem's sizes, buffers, scalars
+// and seed params.
+[[nodiscard]] absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanFile(const v1::Problem& problem,
+                                                                 const std::string& path);
 
 }  // namespace kforge

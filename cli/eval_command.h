@@ -1,0 +1,25 @@
+#pragma once
+
+#include <string>
+
+#include "kforge/v1/evaluation.pb.h"
+
+namespace kforge::cli {
+
+struct EvalArgs {
+  std::string problem_dir;
+  std::string source_file;   // "" = the seed's source
+  std::string params;        // "K=V,K=V"; "" = the seed's default params
+  std::string launches_file; // "" = the seed's launch plan
+  bool json = false;
+  double timeout_seconds = 60;
+};
+
+// Runs one candidate through the local pipeline. Exit code: 0 ok, 1 any other outcome, 2 bad
+// input.
+int RunEval(const EvalArgs& args);
+
+// The staged, human-readable report.
+std::string FormatReport(const v1::EvaluationResult& result);
+
+}  // namespace kforge::cli

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package kforge needs to build, test and run. Idempotent and quiet.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build ccache pkg-config git
+  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev libabsl-dev
+  libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev libhiredis-dev libpqxx-dev prometheus-cpp-dev libcurl4-openssl-dev
+  zlib1g-dev libssl-dev
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  redis-server postgresql prometheus
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

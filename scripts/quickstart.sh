@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The README's first command: install, build, and optimise the OpenCL matmul example embedded
+# (on PoCL when there is no GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+BUILD_DIR=${BUILD_DIR:-build}
+PROBLEM=${1:-examples/opencl/matmul}
+"$BUILD_DIR/cli/kforge" validate "$PROBLEM"
+if "$BUILD_DIR/cli/kforge" run --help >/dev/null 2>&1; then
+  "$BUILD_DIR/cli/kforge" run "$PROBLEM" --budget "${BUDGET:-60}" --out "${OUT:-kforge-out}"
+elif "$BUILD_DIR/cli/kforge" eval --help >/dev/null 2>&1; then
+  echo "quickstart: 'kforge run' is not built yet; evaluating the seed once instead"
+  "$BUILD_DIR/cli/kforge" eval "$PROBLEM"
+else
+  echo "quickstart: 'kforge run' is not built yet; the problem validated"
+fi

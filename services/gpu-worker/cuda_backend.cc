@@ -1,0 +1,455 @@
+#include "services/gpu-worker/cuda_backend.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash.h"
+
+namespace kforge::worker {
+
+// NVRTC's C API, declared here so that building needs no toolkit headers.
+using nvrtcResult = int;
+using nvrtcProgram = struct _nvrtcProgram*;
+
+struct Nvrtc::Api {
+  nvrtcResult (*version)(int*, int*);
+  nvrtcResult (*create)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*);
+  nvrtcResult (*compile)(nvrtcProgram, int, const char* const*);
+  nvrtcResult (*log_size)(nvrtcProgram, size_t*);
+  nvrtcResult (*log)(nvrtcProgram, char*);
+  nvrtcResult (*cubin_size)(nvrtcProgram, size_t*);
+  nvrtcResult (*cubin)(nvrtcProgram, char*);
+  nvrtcResult (*destroy)(nvrtcProgram*);
+};
+
+namespace {
+
+template <typename F>
+bool Sym(void* h, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(h, name));
+  return *out != nullptr;
+}
+
+}  // namespace
+
+std::string CudaIncludeDir() {
+  for (const char* env : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* v = std::getenv(env); v != nullptr && *v) {
+      const std::string dir = absl::StrCat(v, "/include");
+      if (std::filesystem::exists(dir + "/cuda_fp16.h")) return dir;
+    }
+  }
+  if (std::filesystem::exists("/usr/local/cuda/include/cuda_fp16.h")) return "/usr/local/cuda/include";
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load() {
+  std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+  for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {
+    names.push_back(absl::StrCat(dir, "/libnvrtc.so"));
+  }
+  void* h = nullptr;
+  for (const auto& n : names) {
+    h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h != nullptr) break;
+  }
+  if (h == nullptr) return absl::NotFoundError("NVRTC not found (libnvrtc.so)");
+  std::unique_ptr<Nvrtc> n(new Nvrtc());
+  n->handle_ = h;
+  n->api_ = std::make_unique<Api>();
+  Api& a = *n->api_;
+  if (!Sym(h, "nvrtcVersion", &a.version) || !Sym(h, "nvrtcCreateProgram", &a.create) ||
+      !Sym(h, "nvrtcCompileProgram", &a.compile) || !Sym(h, "nvrtcGetProgramLogSize", &a.log_size) ||
+      !Sym(h, "nvrtcGetProgramLog", &a.log) || !Sym(h, "nvrtcGetCUBINSize", &a.cubin_size) ||
+      !Sym(h, "nvrtcGetCUBIN", &a.cubin) || !Sym(h, "nvrtcDestroyProgram", &a.destroy)) {
+    return absl::NotFoundError("NVRTC library lacks expected symbols");
+  }
+  return n;
+}
+
+Nvrtc::~Nvrtc() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+std::string Nvrtc::Version() const {
+  int major = 0, minor = 0;
+  api_->version(&major, &minor);
+  return absl::StrCat("nvrtc ", major, ".", minor);
+}
+
+NvrtcOutput Nvrtc::Compile(const std::string& source, const std::map<std::string, int64_t>& defines,
+                           const std::string& arch) const {
+  NvrtcOutput out;
+  nvrtcProgram prog = nullptr;
+  if (api_->create(&prog, source.c_str(), "candidate.cu", 0, nullptr, nullptr) != 0) {
+    out.log = "nvrtcCreateProgram failed";
+    return out;
+  }
+  std::vector<std::string> opts = {absl::StrCat("--gpu-architecture=", arch), "--std=c++17",
+                                   "--ptxas-options=-v", "-DKFORGE=1"};
+  if (const std::string inc = CudaIncludeDir(); !inc.empty()) opts.push_back(absl::StrCat("-I", inc));
+  for (const auto& [k, v] : defines) opts.push_back(absl::StrCat("-D", k, "=", v));
+  std::vector<const char*> argv;
+  for (const auto& o : opts) argv.push_back(o.c_str());
+  const nvrtcResult rc = api_->compile(prog, static_cast<int>(argv.size()), argv.data());
+  size_t n = 0;
+  api_->log_size(prog, &n);
+  out.log.assign(n, '\0');
+  if (n > 0) api_->log(prog, out.log.data());
+  while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
+  if (rc == 0) {
+    size_t size = 0;
+    api_->cubin_size(prog, &size);
+    out.cubin.assign(size, '\0');
+    api_->cubin(prog, out.cubin.data());
+    out.ok = size > 0;
+    // ptxas -v: "Used 32 registers, ..." and "N bytes spill stores, M bytes spill loads".
+    static const std::regex kSpill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
+    static const std::regex kRegs(R"(Used (\d+) registers)");
+    std::smatch m;
+    if (std::regex_search(out.log, m, kSpill)) out.spill_bytes = std::stoll(m[1]) + std::stoll(m[2]);
+    if (std::regex_search(out.log, m, kRegs)) out.registers = std::stoi(m[1]);
+  }
+  api_->destroy(&prog);
+  return out;
+}
+
+namespace {
+
+// The driver API subset we use, resolved with dlsym from libcuda.so.1.
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUevent = struct CUevent_st*;
+using CUstream = struct CUstream_st*;
+using CUdeviceptr = unsigned long long;
+
+// Attribute and error numbers from cuda.h (stable ABI values).
+enum : int {
+  kAttrMaxThreadsPerBlock = 1, kAttrMaxBlockDimX = 2, kAttrMaxBlockDimY = 3, kAttrMaxBlockDimZ = 4,
+  kAttrMaxGridDimX = 5, kAttrMaxGridDimY = 6, kAttrMaxGridDimZ = 7, kAttrClockRate = 13,
+  kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, kAttrL2Size = 38,
+  kAttrMaxSharedOptin = 97,
+};
+enum : int {
+  kFuncMaxThreads = 0, kFuncSharedBytes = 1, kFuncLocalBytes = 3, kFuncNumRegs = 4,
+  kFuncMaxDynamicShared = 8,
+};
+
+struct DriverApi {
+  CUresult (*Init)(unsigned);
+  CUresult (*DriverGetVersion)(int*);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*DeviceGetCount)(int*);
+  CUresult (*DeviceGetName)(char*, int, CUdevice);
+  CUresult (*DeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*DeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*PrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*CtxSynchronize)();
+  CUresult (*ModuleLoadData)(CUmodule*, const void*);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*FuncGetAttribute)(int*, int, CUfunction);
+  CUresult (*FuncSetAttribute)(CUfunction, int, int);
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void**, void**);
+  CUresult (*EventCreate)(CUevent*, unsigned);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventSynchronize)(CUevent);
+  CUresult (*EventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*GetErrorString)(CUresult, const char**);
+};
+
+bool IsSticky(CUresult r) {
+  // Errors after which the context is unusable: illegal address, launch failure, traps, ...
+  return r == 700 || r == 702 || (r >= 714 && r <= 720) || r == 999;
+}
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  ~CudaBackend() override {
+    for (auto& [id, p] : programs_) {
+      if (p.module != nullptr) cu_.ModuleUnload(p.module);
+    }
+    if (flush_buf_ != 0) cu_.MemFree(flush_buf_);
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+
+  v1::HelloResponse Init() override {
+    v1::HelloResponse hello;
+    handle_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      hello.set_unavailable_reason("no CUDA device: the NVIDIA driver (libcuda.so.1) is not installed");
+      return hello;
+    }
+    if (!LoadDriver()) {
+      hello.set_unavailable_reason("no CUDA device: libcuda.so.1 lacks expected symbols");
+      return hello;
+    }
+    auto nvrtc = Nvrtc::Load();
+    if (!nvrtc.ok()) {
+      hello.set_unavailable_reason(absl::StrCat("no CUDA compiler: ", nvrtc.status().message()));
+      return hello;
+    }
+    nvrtc_ = *std::move(nvrtc);
+    int count = 0;
+    if (CUresult r = cu_.Init(0); r != 0) {
+      hello.set_unavailable_reason(absl::StrCat("no CUDA device: cuInit failed: ", ErrorString(r)));
+      return hello;
+    }
+    if (cu_.DeviceGetCount(&count) != 0 || count == 0) {
+      hello.set_unavailable_reason("no CUDA device found");
+      return hello;
+    }
+    int ordinal = 0;
+    if (const char* v = std::getenv("KFORGE_CUDA_DEVICE"); v != nullptr) ordinal = std::atoi(v);
+    if (cu_.DeviceGet(&device_, ordinal) != 0 || cu_.PrimaryCtxRetain(&ctx_, device_) != 0 ||
+        cu_.CtxSetCurrent(ctx_) != 0) {
+      hello.set_unavailable_reason(absl::StrCat("cannot open CUDA device ", ordinal));
+      return hello;
+    }
+    char name[256] = {0};
+    cu_.DeviceGetName(name, sizeof(name) - 1, device_);
+    const int major = Attr(kAttrCcMajor), minor = Attr(kAttrCcMinor);
+    arch_ = absl::StrCat("sm_", major, minor);
+    int driver = 0;
+    cu_.DriverGetVersion(&driver);
+    size_t mem = 0;
+    cu_.DeviceTotalMem(&mem, device_);
+    hello.set_available(true);
+    auto* info = hello.mutable_device();
+    info->set_backend(v1::BACKEND_CUDA);
+    info->set_name(name);
+    info->set_vendor("NVIDIA");
+    info->set_driver_version(absl::StrCat(driver / 1000, ".", (driver % 1000) / 10));
+    info->set_arch(arch_);
+    info->set_compute_units(Attr(kAttrMultiprocessors));
+    info->set_clock_mhz(Attr(kAttrClockRate) / 1000);
+    info->set_global_memory_bytes(static_cast<int64_t>(mem));
+    auto* lim = hello.mutable_limits();
+    lim->set_max_threads_per_group(Attr(kAttrMaxThreadsPerBlock));
+    for (int a : {kAttrMaxBlockDimX, kAttrMaxBlockDimY, kAttrMaxBlockDimZ}) lim->add_max_group_dims(Attr(a));
+    for (int a : {kAttrMaxGridDimX, kAttrMaxGridDimY, kAttrMaxGridDimZ}) lim->add_max_grid_dims(Attr(a));
+    lim->set_max_shared_bytes(Attr(kAttrMaxSharedOptin));
+    lim->set_max_alloc_bytes(static_cast<int64_t>(mem));
+    lim->set_global_memory_bytes(static_cast<int64_t>(mem));
+    hello.set_compiler_version(nvrtc_->Version());
+    // L2 flush buffer: twice the L2 so a memset evicts everything the kernel left behind.
+    flush_bytes_ = static_cast<size_t>(std::max(Attr(kAttrL2Size), 1 << 20)) * 2;
+    if (cu_.MemAlloc(&flush_buf_, flush_bytes_) != 0) flush_buf_ = 0;
+    return hello;
+  }
+
+  v1::CompileResponse Compile(const v1::CompileRequest& req) override {
+    v1::CompileResponse resp;
+    std::map<std::string, int64_t> defs(req.defines().begin(), req.defines().end());
+    std::string key = Sha256Hex(absl::StrCat(req.source(), "\n", arch_, "\n", nvrtc_->Version()));
+    for (const auto& [k, v] : defs) absl::StrAppend(&key, ",", k, "=", v);
+    for (const auto& k : req.kernels()) absl::StrAppend(&key, ";", k);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      resp = programs_[it->second].response;
+      resp.set_cache_hit(true);
+      return resp;
+    }
+    NvrtcOutput out = nvrtc_->Compile(req.source(), defs, arch_);
+    resp.set_log(out.log);
+    if (!out.ok) return resp;
+    Program p;
+    if (CUresult r = cu_.ModuleLoadData(&p.module, out.cubin.data()); r != 0) {
+      resp.set_log(absl::StrCat(out.log, "\ncuModuleLoadData failed: ", ErrorString(r)));
+      return resp;
+    }
+    auto* res = resp.mutable_resources();
+    res->set_spill_bytes(out.spill_bytes);
+    res->set_binary_bytes(static_cast<int64_t>(out.cubin.size()));
+    res->set_source_bytes(static_cast<int64_t>(req.source().size()));
+    int min_threads = INT32_MAX;
+    for (const auto& name : req.kernels()) {
+      CUfunction f = nullptr;
+      if (cu_.ModuleGetFunction(&f, p.module, name.c_str()) != 0) {
+        cu_.ModuleUnload(p.module);
+        resp.set_log(absl::StrCat(out.log, "\nkernel '", name, "' not found (declare it extern \"C\" __global__)"));
+        return resp;
+      }
+      p.functions[name] = f;
+      int regs = 0, shared = 0, local = 0, maxt = 0;
+      cu_.FuncGetAttribute(&regs, kFuncNumRegs, f);
+      cu_.FuncGetAttribute(&shared, kFuncSharedBytes, f);
+      cu_.FuncGetAttribute(&local, kFuncLocalBytes, f);
+      cu_.FuncGetAttribute(&maxt, kFuncMaxThreads, f);
+      res->set_registers_per_thread(std::max(res->registers_per_thread(), regs));
+      res->set_shared_bytes(std::max<int64_t>(res->shared_bytes(), shared));
+      res->set_local_bytes(std::max<int64_t>(res->local_bytes(), local));
+      (*resp.mutable_max_threads())[name] = maxt;
+      min_threads = std::min(min_threads, maxt);
+    }
+    res->set_max_threads_per_block(min_threads == INT32_MAX ? 0 : min_threads);
+    resp.set_ok(true);
+    const int id = next_id_++;
+    resp.set_program_id(id);
+    p.response = resp;
+    programs_[id] = std::move(p);
+    cache_[key] = id;
+    return resp;
+  }
+
+  absl::StatusOr<DeviceBuf> Alloc(size_t bytes) override {
+    CUdeviceptr p = 0;
+    if (CUresult r = cu_.MemAlloc(&p, std::max<size_t>(bytes, 1)); r != 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("cuMemAlloc(", bytes, ") failed: ", ErrorString(r)));
+    }
+    return static_cast<DeviceBuf>(p);
+  }
+  void Free(DeviceBuf buf) override { cu_.MemFree(static_cast<CUdeviceptr>(buf)); }
+  absl::Status Upload(DeviceBuf buf, const std::string& data) override {
+    if (data.empty()) return absl::OkStatus();
+    return Check(cu_.MemcpyHtoD(static_cast<CUdeviceptr>(buf), data.data(), data.size()), "cuMemcpyHtoD");
+  }
+  absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) override {
+    data->assign(bytes, '\0');
+    if (bytes == 0) return absl::OkStatus();
+    return Check(cu_.MemcpyDtoH(data->data(), static_cast<CUdeviceptr>(buf), bytes), "cuMemcpyDtoH");
+  }
+
+  absl::StatusOr<double> Launch(int program_id, const std::vector<BoundCall>& calls) override {
+    auto pit = programs_.find(program_id);
+    if (pit == programs_.end()) return absl::InvalidArgumentError("unknown program");
+    if (start_ == nullptr) {
+      if (cu_.EventCreate(&start_, 0) != 0 || cu_.EventCreate(&stop_, 0) != 0) {
+        return absl::InternalError("cuEventCreate failed");
+      }
+    }
+    if (absl::Status st = Check(cu_.EventRecord(start_, nullptr), "cuEventRecord"); !st.ok()) return st;
+    for (const auto& bc : calls) {
+      const v1::KernelCall& c = *bc.call;
+      auto fit = pit->second.functions.find(c.kernel());
+      if (fit == pit->second.functions.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("kernel '", c.kernel(), "' not in program"));
+      }
+      // Argument storage must outlive cuLaunchKernel; one 8-byte slot per argument.
+      std::vector<uint64_t> storage(c.args_size());
+      std::vector<void*> params(c.args_size());
+      for (int i = 0; i < c.args_size(); ++i) {
+        const v1::CallArg& a = c.args(i);
+        void* slot = &storage[i];
+        switch (a.value_case()) {
+          case v1::CallArg::kBuffer: { CUdeviceptr p = bc.buffers[i]; std::memcpy(slot, &p, sizeof(p)); break; }
+          case v1::CallArg::kI32: { int32_t v = a.i32(); std::memcpy(slot, &v, sizeof(v)); break; }
+          case v1::CallArg::kI64: { int64_t v = a.i64(); std::memcpy(slot, &v, sizeof(v)); break; }
+          case v1::CallArg::kF32: { float v = a.f32(); std::memcpy(slot, &v, sizeof(v)); break; }
+          case v1::CallArg::kF64: { double v = a.f64(); std::memcpy(slot, &v, sizeof(v)); break; }
+          case v1::CallArg::kU8: { uint8_t v = static_cast<uint8_t>(a.u8()); std::memcpy(slot, &v, sizeof(v)); break; }
+          case v1::CallArg::kF16Bits: { uint16_t v = static_cast<uint16_t>(a.f16_bits()); std::memcpy(slot, &v, sizeof(v)); break; }
+          default: return absl::InvalidArgumentError("bad kernel argument");
+        }
+        params[i] = slot;
+      }
+      auto dim = [](const auto& v, int d) { return d < v.size() ? static_cast<unsigned>(v.Get(d)) : 1u; };
+      if (c.shared_bytes() > 48 * 1024) {
+        cu_.FuncSetAttribute(fit->second, kFuncMaxDynamicShared, static_cast<int>(c.shared_bytes()));
+      }
+      CUresult r = cu_.LaunchKernel(fit->second, dim(c.grid(), 0), dim(c.grid(), 1), dim(c.grid(), 2),
+                                    dim(c.block(), 0), dim(c.block(), 1), dim(c.block(), 2),
+                                    static_cast<unsigned>(c.shared_bytes()), nullptr, params.data(), nullptr);
+      if (r != 0) {
+        if (IsSticky(r)) return absl::AbortedError(absl::StrCat("launch of ", c.kernel(), ": ", ErrorString(r)));
+        return absl::InvalidArgumentError(absl::StrCat("launch of ", c.kernel(), " refused: ", ErrorString(r)));
+      }
+    }
+    if (absl::Status st = Check(cu_.EventRecord(stop_, nullptr), "cuEventRecord"); !st.ok()) return st;
+    if (CUresult r = cu_.EventSynchronize(stop_); r != 0) {
+      return absl::AbortedError(absl::StrCat("kernel failed: ", ErrorString(r)));
+    }
+    float ms = 0;
+    if (absl::Status st = Check(cu_.EventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime"); !st.ok()) return st;
+    return static_cast<double>(ms) * 1e-3;
+  }
+
+  void FlushCache() override {
+    if (flush_buf_ != 0) {
+      cu_.MemsetD8(flush_buf_, static_cast<unsigned char>(flush_counter_++), flush_bytes_);
+      cu_.CtxSynchronize();
+    }
+  }
+
+ private:
+  struct Program {
+    CUmodule module = nullptr;
+    std::map<std::string, CUfunction> functions;
+    v1::CompileResponse response;
+  };
+
+  bool LoadDriver() {
+    void* h = handle_;
+    return Sym(h, "cuInit", &cu_.Init) && Sym(h, "cuDriverGetVersion", &cu_.DriverGetVersion) &&
+           Sym(h, "cuDeviceGet", &cu_.DeviceGet) && Sym(h, "cuDeviceGetCount", &cu_.DeviceGetCount) &&
+           Sym(h, "cuDeviceGetName", &cu_.DeviceGetName) &&
+           Sym(h, "cuDeviceGetAttribute", &cu_.DeviceGetAttribute) &&
+           Sym(h, "cuDeviceTotalMem_v2", &cu_.DeviceTotalMem) &&
+           Sym(h, "cuDevicePrimaryCtxRetain", &cu_.PrimaryCtxRetain) &&
+           Sym(h, "cuCtxSetCurrent", &cu_.CtxSetCurrent) && Sym(h, "cuCtxSynchronize", &cu_.CtxSynchronize) &&
+           Sym(h, "cuModuleLoadData", &cu_.ModuleLoadData) && Sym(h, "cuModuleUnload", &cu_.ModuleUnload) &&
+           Sym(h, "cuModuleGetFunction", &cu_.ModuleGetFunction) &&
+           Sym(h, "cuFuncGetAttribute", &cu_.FuncGetAttribute) &&
+           Sym(h, "cuFuncSetAttribute", &cu_.FuncSetAttribute) && Sym(h, "cuMemAlloc_v2", &cu_.MemAlloc) &&
+           Sym(h, "cuMemFree_v2", &cu_.MemFree) && Sym(h, "cuMemcpyHtoD_v2", &cu_.MemcpyHtoD) &&
+           Sym(h, "cuMemcpyDtoH_v2", &cu_.MemcpyDtoH) && Sym(h, "cuMemsetD8_v2", &cu_.MemsetD8) &&
+           Sym(h, "cuLaunchKernel", &cu_.LaunchKernel) && Sym(h, "cuEventCreate", &cu_.EventCreate) &&
+           Sym(h, "cuEventRecord", &cu_.EventRecord) && Sym(h, "cuEventSynchronize", &cu_.EventSynchronize) &&
+           (Sym(h, "cuEventElapsedTime_v2", &cu_.EventElapsedTime) ||
+            Sym(h, "cuEventElapsedTime", &cu_.EventElapsedTime)) &&
+           Sym(h, "cuGetErrorString", &cu_.GetErrorString);
+  }
+  int Attr(int a) {
+    int v = 0;
+    cu_.DeviceGetAttribute(&v, a, device_);
+    return v;
+  }
+  std::string ErrorString(CUresult r) {
+    const char* s = nullptr;
+    if (cu_.GetErrorString != nullptr && cu_.GetErrorString(r, &s) == 0 && s != nullptr) return absl::StrCat(s, " (", r, ")");
+    return absl::StrCat("CUDA error ", r);
+  }
+  absl::Status Check(CUresult r, const char* what) {
+    if (r == 0) return absl::OkStatus();
+    if (IsSticky(r)) return absl::AbortedError(absl::StrCat(what, ": ", ErrorString(r)));
+    return absl::InternalError(absl::StrCat(what, ": ", ErrorString(r)));
+  }
+
+  void* handle_ = nullptr;
+  DriverApi cu_{};
+  std::unique_ptr<Nvrtc> nvrtc_;
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  std::string arch_;
+  CUevent start_ = nullptr;
+  CUevent stop_ = nullptr;
+  CUdeviceptr flush_buf_ = 0;
+  size_t flush_bytes_ = 0;
+  int flush_counter_ = 0;
+  std::map<int, Program> programs_;
+  std::map<std::string, int> cache_;
+  int next_id_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackend> MakeCudaBackend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace kforge::worker

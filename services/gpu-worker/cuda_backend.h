@@ -1,0 +1,50 @@
+#pragma once
+
+// CUDA: NVRTC compiles in-process, the driver API runs kernels. Both libraries are loaded with
+// dlopen at run time, so binaries start (and report "no CUDA device") on machines without them.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/gpu-worker/device_backend.h"
+
+namespace kforge::worker {
+
+struct NvrtcOutput {
+  bool ok = false;
+  std::string log;
+  std::string cubin;
+  int64_t spill_bytes = -1;  // from ptxas' verbose output, -1 when not reported
+  int32_t registers = -1;
+};
+
+// NVRTC loaded from the usual library names (libnvrtc.so.13, .12, libnvrtc.so).
+class Nvrtc {
+ public:
+  // NotFound when no NVRTC library can be loaded.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Nvrtc>> Load();
+  ~Nvrtc();
+
+  std::string Version() const;
+  // Compiles CUDA C++ to a cubin for `arch` (e.g. "sm_90") with -D defines.
+  NvrtcOutput Compile(const std::string& source, const std::map<std::string, int64_t>& defines,
+                      const std::string& arch) const;
+
+  struct Api;
+
+ private:
+  Nvrtc() = default;
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+};
+
+// The CUDA device backend (sandbox side). nullptr when built without CUDA support.
+std::unique_ptr<DeviceBackend> MakeCudaBackend();
+
+// Where the CUDA toolkit's headers are, for the allow-listed includes ("" when unknown).
+std::string CudaIncludeDir();
+
+}  // namespace kforge::worker

@@ -1,0 +1,47 @@
+#pragma once
+
+// What the sandbox process needs from a device API. Implementations: OpenCL, CUDA. They run
+// only inside kforge-sandbox, never in the worker process.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kforge/v1/sandbox.pb.h"
+
+namespace kforge::worker {
+
+using DeviceBuf = uintptr_t;
+
+// A kernel call with its buffer arguments bound to device buffers (0 for scalar args).
+struct BoundCall {
+  const v1::KernelCall* call = nullptr;
+  std::vector<DeviceBuf> buffers;  // parallel to call->args()
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // Opens the device; an unavailable backend says why in the response, it is not an error.
+  virtual v1::HelloResponse Init() = 0;
+  // Builds (or finds in the cache) a program with the given entry points.
+  virtual v1::CompileResponse Compile(const v1::CompileRequest& request) = 0;
+
+  [[nodiscard]] virtual absl::StatusOr<DeviceBuf> Alloc(size_t bytes) = 0;
+  virtual void Free(DeviceBuf buf) = 0;
+  [[nodiscard]] virtual absl::Status Upload(DeviceBuf buf, const std::string& data) = 0;
+  [[nodiscard]] virtual absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) = 0;
+
+  // Runs the calls in order and waits for them. Returns device seconds from the start of the
+  // first to the end of the last. InvalidArgument: the launch was refused (launch error);
+  // Aborted: the device is in a sticky error state and this process must exit (crashed).
+  [[nodiscard]] virtual absl::StatusOr<double> Launch(int program_id,
+                                                      const std::vector<BoundCall>& calls) = 0;
+
+  // Evicts caches between benchmark samples (GPUs: an L2-sized write).
+  virtual void FlushCache() {}
+};
+
+}  // namespace kforge::worker

@@ -1,0 +1,607 @@
+#include "services/gpu-worker/evaluator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+#include "services/gpu-worker/host_data.h"
+
+namespace kforge::worker {
+
+std::string ScrubMessage(const std::string& text, int64_t max_bytes) {
+  static const std::regex kPath(R"((^|[\s'"(<:=])(/[A-Za-z0-9._+@-]+)+)");
+  std::string out = std::regex_replace(text, kPath, "$1<path>");
+  if (static_cast<int64_t>(out.size()) > max_bytes) {
+    out.resize(static_cast<size_t>(max_bytes));
+    out += "\n... (truncated)";
+  }
+  return out;
+}
+
+// Inputs and reference outputs of one problem, by size set and input set index.
+struct Evaluator::ProblemData {
+  std::map<std::pair<int, int>, std::map<std::string, std::string>> inputs;
+  std::map<std::pair<int, int>, std::map<std::string, std::string>> ref_outputs;
+  int ref_program = -1;
+  int ref_generation = -1;
+  std::map<int, v1::TimingStats> ref_timing;  // by size set, valid for ref_timing_generation
+  int ref_timing_generation = -1;
+};
+
+struct Evaluator::BackendState {
+  std::mutex mu;
+  std::unique_ptr<Sandbox> sandbox;
+  std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by problem hash
+};
+
+namespace {
+
+constexpr size_t kMaxProblemsCached = 8;
+
+v1::TimingStats Stats(std::vector<double> s) {
+  v1::TimingStats t;
+  if (s.empty()) return t;
+  std::sort(s.begin(), s.end());
+  auto q = [&](double p) { return s[static_cast<size_t>(std::floor(p * (s.size() - 1) + 0.5))]; };
+  t.set_median_seconds(s.size() % 2 == 1 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));
+  t.set_min_seconds(s.front());
+  t.set_p20_seconds(q(0.2));
+  t.set_p80_seconds(q(0.8));
+  t.set_samples(static_cast<int32_t>(s.size()));
+  return t;
+}
+
+absl::StatusOr<v1::CallArg> ToCallArg(const LaunchArg& a, const v1::Problem& p) {
+  v1::CallArg out;
+  switch (a.kind) {
+    case LaunchArg::Kind::kBuffer:
+      out.set_buffer(a.name);
+      return out;
+    case LaunchArg::Kind::kInt:
+      if (a.value < INT32_MIN || a.value > INT32_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat("argument '", a.name, "' = ", a.value, " does not fit an i32"));
+      }
+      out.set_i32(static_cast<int32_t>(a.value));
+      return out;
+    case LaunchArg::Kind::kScalar:
+      for (const auto& s : p.scalars()) {
+        if (s.name() != a.name) continue;
+        switch (s.dtype()) {
+          case v1::DTYPE_F32: out.set_f32(static_cast<float>(s.value())); break;
+          case v1::DTYPE_F64: out.set_f64(s.value()); break;
+          case v1::DTYPE_I32: out.set_i32(static_cast<int32_t>(s.value())); break;
+          case v1::DTYPE_I64: out.set_i64(static_cast<int64_t>(s.value())); break;
+          case v1::DTYPE_U8: out.set_u8(static_cast<uint32_t>(s.value())); break;
+          case v1::DTYPE_F16: out.set_f16_bits(FloatToHalf(static_cast<float>(s.value()))); break;
+          case v1::DTYPE_BF16: out.set_f16_bits(FloatToBf16(static_cast<float>(s.value()))); break;
+          default: return absl::InvalidArgumentError(absl::StrCat("scalar '", a.name, "' has no dtype"));
+        }
+        return out;
+      }
+      return absl::InvalidArgumentError(absl::StrCat("unknown scalar '", a.name, "'"));
+  }
+  return absl::InternalError("bad argument kind");
+}
+
+absl::StatusOr<std::vector<v1::KernelCall>> ToCalls(const std::vector<ResolvedLaunch>& launches,
+                                                    const v1::Problem& p) {
+  std::vector<v1::KernelCall> out;
+  for (const auto& l : launches) {
+    v1::KernelCall c;
+    c.set_kernel(l.kernel);
+    for (int64_t v : l.global) c.add_global(v);
+    for (int64_t v : l.local) c.add_local(v);
+    for (int64_t v : l.grid) c.add_grid(v);
+    for (int64_t v : l.block) c.add_block(v);
+    c.set_shared_bytes(l.shared_bytes);
+    for (const auto& a : l.args) {
+      KF_ASSIGN_OR_RETURN(v1::CallArg ca, ToCallArg(a, p));
+      *c.add_args() = std::move(ca);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<std::string> KernelNames(const std::vector<ResolvedLaunch>& launches) {
+  std::set<std::string> names;
+  for (const auto& l : launches) names.insert(l.kernel);
+  return {names.begin(), names.end()};
+}
+
+bool IsPoison(const std::string& bytes, v1::DType dtype, int64_t i, int pattern) {
+  const int64_t size = DTypeSize(dtype);
+  const std::string poison = PoisonBytes(dtype, 1, pattern);
+  return bytes.compare(static_cast<size_t>(i * size), static_cast<size_t>(size), poison) == 0;
+}
+
+}  // namespace
+
+// One evaluation: holds the request, the result being built, and the stage bookkeeping.
+class Evaluator::Run {
+ public:
+  Run(Evaluator& ev, BackendState& state, const v1::EvaluationRequest& req, v1::EvaluationResult& res)
+      : ev_(ev), st_(state), req_(req), p_(req.problem()), res_(res) {}
+
+  void Execute();
+
+ private:
+  // Closes the current stage; false (and the result's outcome set) when it failed.
+  bool EndStage(v1::Stage stage, double t0, v1::Outcome outcome, const std::string& message = "") {
+    auto* s = res_.add_stages();
+    s->set_stage(stage);
+    s->set_outcome(outcome);
+    s->set_duration_seconds(ev_.clock_.MonotonicSeconds() - t0);
+    s->set_message(ScrubMessage(message, ev_.options_.max_message_bytes));
+    if (outcome != v1::OUTCOME_OK) {
+      res_.set_outcome(outcome);
+      res_.set_message(absl::StrCat(StageName(stage), ": ", s->message()));
+      return false;
+    }
+    return true;
+  }
+
+  // Maps a failed sandbox call to the stage's outcome.
+  bool EndCallFailure(v1::Stage stage, double t0, const Sandbox::CallResult& r) {
+    v1::Outcome o = v1::OUTCOME_INFRA_ERROR;
+    if (r.status == Sandbox::CallStatus::kTimeout) o = v1::OUTCOME_TIMEOUT;
+    if (r.status == Sandbox::CallStatus::kCrashed) o = v1::OUTCOME_CRASHED;
+    return EndStage(stage, t0, o, r.message);
+  }
+
+  ProblemData& Data();
+  const std::map<std::string, std::string>& Inputs(int set, int index);
+  absl::Status EnsureReference(int set, int index, std::string* why_crashed);
+  absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
+  v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch, int pattern);
+  Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
+                               const std::vector<v1::BufferSet>& sets, bool bench);
+  // Compares one run's returned buffers with the inputs and the reference; fills errors_.
+  bool Check(int set, int index, const v1::RunResponse& run, int pattern, const char* check_name);
+
+  Evaluator& ev_;
+  BackendState& st_;
+  const v1::EvaluationRequest& req_;
+  const v1::Problem& p_;
+  v1::EvaluationResult& res_;
+  Sandbox* sb_ = nullptr;
+  ProblemData* data_ = nullptr;
+  std::vector<std::vector<v1::KernelCall>> cand_calls_;  // by size set
+  std::vector<std::map<std::string, int64_t>> cand_scratch_;
+  std::vector<std::vector<v1::KernelCall>> ref_calls_;
+  int cand_program_ = -1;
+};
+
+Evaluator::ProblemData& Evaluator::Run::Data() {
+  auto& slot = st_.problems[p_.content_hash()];
+  if (slot == nullptr) {
+    if (st_.problems.size() > kMaxProblemsCached) {
+      for (auto it = st_.problems.begin(); it != st_.problems.end();) {
+        it = it->first == p_.content_hash() ? std::next(it) : st_.problems.erase(it);
+      }
+    }
+    slot = std::make_unique<ProblemData>();
+  }
+  return *slot;
+}
+
+const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int index) {
+  auto key = std::make_pair(set, index);
+  auto it = data_->inputs.find(key);
+  if (it != data_->inputs.end()) return it->second;
+  const std::string seed_text = absl::StrCat(ev_.options_.input_salt, "|", p_.content_hash(), "|", set, "|", index);
+  const std::string h = Sha256Hex(seed_text);
+  std::seed_seq seq(h.begin(), h.end());
+  std::mt19937_64 rng(seq);
+  std::map<std::string, std::string> bufs;
+  const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
+  for (const auto& b : p_.buffers()) {
+    if (b.role() == v1::BUFFER_ROLE_OUT) continue;
+    auto n = ShapeElements(b.shape(), env);
+    KF_CHECK(n.ok());  // the loader evaluated every shape on every size set
+    bufs[b.name()] = FillBytes(b.dtype(), *n, b.fill(), rng);
+  }
+  return data_->inputs[key] = std::move(bufs);
+}
+
+v1::BufferSet Evaluator::Run::BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
+                                       int pattern) {
+  v1::BufferSet out;
+  const auto& inputs = Inputs(set, index);
+  const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
+  for (const auto& b : p_.buffers()) {
+    auto* d = out.add_buffers();
+    d->set_name(b.name());
+    if (b.role() == v1::BUFFER_ROLE_OUT) {
+      d->set_data(PoisonBytes(b.dtype(), *ShapeElements(b.shape(), env), pattern));
+    } else {
+      d->set_data(inputs.at(b.name()));
+    }
+  }
+  for (const auto& [name, bytes] : scratch) {
+    auto* d = out.add_buffers();
+    d->set_name(name);
+    d->set_data(PoisonBytes(v1::DTYPE_U8, bytes, pattern));
+  }
+  return out;
+}
+
+Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::KernelCall>& calls,
+                                             const std::vector<v1::BufferSet>& sets, bool bench) {
+  v1::SandboxRequest req;
+  auto* run = req.mutable_run();
+  run->set_mode(bench ? v1::RunRequest::MODE_BENCH : v1::RunRequest::MODE_VALIDATE);
+  run->set_program_id(program);
+  for (const auto& c : calls) *run->add_calls() = c;
+  for (const auto& s : sets) *run->add_sets() = s;
+  if (bench) {
+    run->set_warmup(ev_.options_.warmup);
+    run->set_min_samples(ev_.options_.min_samples);
+    run->set_max_samples(ev_.options_.max_samples);
+    run->set_min_seconds(ev_.options_.min_bench_seconds);
+    run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
+  }
+  double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  return sb_->Call(req, timeout);
+}
+
+absl::Status Evaluator::Run::EnsureReference(int set, int index, std::string* why) {
+  if (data_->ref_outputs.contains({set, index}) && data_->ref_generation == sb_->generation()) {
+    return absl::OkStatus();
+  }
+  if (data_->ref_generation != sb_->generation() || data_->ref_program < 0) {
+    v1::SandboxRequest req;
+    auto* c = req.mutable_compile();
+    c->set_source(p_.reference().source());
+    for (const auto& [k, v] : p_.reference().defines()) (*c->mutable_defines())[k] = v;
+    std::set<std::string> names;
+    for (const auto& l : p_.reference().launches()) names.insert(l.kernel());
+    for (const auto& n : names) c->add_kernels(n);
+    auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
+    if (r.status != Sandbox::CallStatus::kOk) return absl::UnavailableError(absl::StrCat("reference compile: ", r.message));
+    if (!r.response.compile().ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("the reference does not compile: ", r.response.compile().log()));
+    }
+    data_->ref_program = r.response.compile().program_id();
+    data_->ref_generation = sb_->generation();
+  }
+  if (data_->ref_outputs.contains({set, index})) return absl::OkStatus();
+  auto r = RunCalls(data_->ref_program, ref_calls_[set], {BuildSet(set, index, {}, 0)}, /*bench=*/false);
+  if (r.status != Sandbox::CallStatus::kOk) return absl::UnavailableError(absl::StrCat("reference run: ", r.message));
+  if (r.response.run().outcome() != v1::OUTCOME_OK) {
+    return absl::FailedPreconditionError(absl::StrCat("the reference failed: ", r.response.run().message()));
+  }
+  std::map<std::string, std::string> outs;
+  for (const auto& b : r.response.run().buffers()) {
+    for (const auto& pb : p_.buffers()) {
+      if (pb.name() == b.name() && pb.role() != v1::BUFFER_ROLE_IN) outs[b.name()] = b.data();
+    }
+  }
+  data_->ref_outputs[{set, index}] = std::move(outs);
+  (void)why;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set, const std::vector<int>& indices) {
+  if (data_->ref_timing_generation != sb_->generation()) {
+    data_->ref_timing.clear();
+    data_->ref_timing_generation = sb_->generation();
+  }
+  if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
+  std::vector<v1::BufferSet> sets;
+  for (int i : indices) sets.push_back(BuildSet(set, i, {}, 0));
+  auto r = RunCalls(data_->ref_program, ref_calls_[set], sets, /*bench=*/true);
+  if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK) {
+    return absl::UnavailableError(absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
+  }
+  std::vector<double> samples(r.response.run().samples_seconds().begin(), r.response.run().samples_seconds().end());
+  return data_->ref_timing[set] = Stats(std::move(samples));
+}
+
+bool Evaluator::Run::Check(int set, int index, const v1::RunResponse& run, int pattern, const char* check_name) {
+  const auto& inputs = Inputs(set, index);
+  const auto& want = data_->ref_outputs.at({set, index});
+  std::map<std::string, const std::string*> got;
+  for (const auto& b : run.buffers()) got[b.name()] = &b.data();
+  auto fail = [&](const std::string& buffer, const char* check, const CompareResult* c) {
+    auto* e = res_.mutable_errors();
+    e->set_buffer(buffer);
+    e->set_size_set(p_.size_sets(set).name());
+    e->set_trial(index);
+    e->set_check(check);
+    if (c != nullptr) {
+      e->set_max_abs_error(c->max_abs_error);
+      e->set_max_rel_error(c->max_rel_error);
+      e->set_mismatches(c->mismatches);
+      e->set_first_mismatch_index(c->first_mismatch);
+    }
+    return false;
+  };
+  for (const auto& b : p_.buffers()) {
+    auto it = got.find(b.name());
+    if (it == got.end()) return fail(b.name(), "missing", nullptr);
+    if (b.role() == v1::BUFFER_ROLE_IN) {
+      if (*it->second != inputs.at(b.name())) {
+        CompareResult c = CompareBytes(*it->second, inputs.at(b.name()), b.dtype(), 0, 0);
+        return fail(b.name(), "input_modified", &c);
+      }
+      continue;
+    }
+    const double atol = p_.check().atol(), rtol = p_.check().rtol();
+    CompareResult c = CompareBytes(*it->second, want.at(b.name()), b.dtype(), atol, rtol);
+    if (!c.ok) {
+      const bool unwritten = IsPoison(*it->second, b.dtype(), c.first_mismatch, pattern);
+      return fail(b.name(), unwritten ? "unwritten" : check_name, &c);
+    }
+    res_.mutable_errors()->set_max_abs_error(std::max(res_.errors().max_abs_error(), c.max_abs_error));
+    res_.mutable_errors()->set_max_rel_error(std::max(res_.errors().max_rel_error(), c.max_rel_error));
+  }
+  return true;
+}
+
+void Evaluator::Run::Execute() {
+  auto& clock = ev_.clock_;
+  const double start = clock.MonotonicSeconds();
+  sb_ = st_.sandbox.get();
+  data_ = &Data();
+  const int start_generation = sb_->generation();
+  res_.mutable_errors()->set_first_mismatch_index(-1);
+
+  // Stage 1: screen (no device involved beyond its limits).
+  double t0 = clock.MonotonicSeconds();
+  auto hello = sb_->EnsureStarted();
+  if (sb_->generation() != start_generation) res_.set_sandbox_overhead_seconds(sb_->last_start_seconds());
+  if (!hello.ok() || !hello->available()) {
+    EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
+             hello.ok() ? hello->unavailable_reason() : std::string(hello.status().message()));
+    return;
+  }
+  *res_.mutable_device() = hello->device();
+  res_.mutable_device()->set_device_class(absl::StrCat(BackendName(p_.backend()), ":", hello->device().name()));
+  auto screened = Screen(p_, req_.candidate(), hello->limits(), ev_.options_.screen);
+  if (!screened.ok()) {
+    EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_REJECTED, std::string(screened.status().message()));
+    return;
+  }
+  std::vector<ResolvedLaunch> all_launches;
+  for (const auto& s : screened->sets) {
+    auto calls = ToCalls(s.launches, p_);
+    if (!calls.ok()) {
+      EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_REJECTED, std::string(calls.status().message()));
+      return;
+    }
+    cand_calls_.push_back(*std::move(calls));
+    cand_scratch_.push_back(s.scratch_bytes);
+    all_launches.insert(all_launches.end(), s.launches.begin(), s.launches.end());
+  }
+  // The reference's plan is trusted; it is resolved the same way with no limits.
+  auto ref_sets = ResolvePlan(p_, p_.reference(), p_.reference().launches(), p_.reference().scratch(), {},
+                              v1::DeviceLimits(), ScreenOptions{.max_source_bytes = INT64_MAX, .max_launches = 64,
+                                                                .max_total_work_items = INT64_MAX,
+                                                                .max_scratch_bytes = INT64_MAX});
+  if (!ref_sets.ok()) {
+    EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR, absl::StrCat("reference plan: ", ref_sets.status().message()));
+    return;
+  }
+  for (const auto& s : *ref_sets) {
+    auto calls = ToCalls(s.launches, p_);
+    if (!calls.ok()) {
+      EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR, std::string(calls.status().message()));
+      return;
+    }
+    ref_calls_.push_back(*std::move(calls));
+  }
+  EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_OK);
+
+  // Stage 2: compile (in the sandbox; the compiler sees hostile source too).
+  t0 = clock.MonotonicSeconds();
+  {
+    v1::SandboxRequest req;
+    auto* c = req.mutable_compile();
+    c->set_source(req_.candidate().source());
+    for (const auto& [k, v] : screened->defines) (*c->mutable_defines())[k] = v;
+    for (const auto& n : KernelNames(all_launches)) c->add_kernels(n);
+    auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
+    if (r.status != Sandbox::CallStatus::kOk) {
+      EndCallFailure(v1::STAGE_COMPILE, t0, r);
+      return;
+    }
+    const auto& cr = r.response.compile();
+    *res_.mutable_resources() = cr.resources();
+    res_.mutable_resources()->set_source_bytes(static_cast<int64_t>(req_.candidate().source().size()));
+    if (!cr.ok()) {
+      EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR, cr.log().empty() ? "compilation failed" : cr.log());
+      return;
+    }
+    for (const auto& l : all_launches) {
+      const auto& block = p_.backend() == v1::BACKEND_CUDA ? l.block : l.local;
+      int64_t threads = 1;
+      for (int64_t b : block) threads *= b;
+      auto it = cr.max_threads().find(l.kernel);
+      if (!block.empty() && it != cr.max_threads().end() && it->second > 0 && threads > it->second) {
+        EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR,
+                 absl::StrCat("kernel ", l.kernel, " can run at most ", it->second,
+                              " threads per group with its resource usage, the plan launches ", threads));
+        return;
+      }
+      if (hello->limits().max_shared_bytes() > 0 &&
+          cr.resources().shared_bytes() + l.shared_bytes > hello->limits().max_shared_bytes()) {
+        EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR,
+                 absl::StrCat("kernel ", l.kernel, " needs ", cr.resources().shared_bytes() + l.shared_bytes,
+                              " bytes of shared/local memory (device limit ", hello->limits().max_shared_bytes(), ")"));
+        return;
+      }
+    }
+    cand_program_ = cr.program_id();
+    EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, cr.log().empty() ? "" : cr.log());
+    res_.mutable_stages()->rbegin()->set_cache_hit(cr.cache_hit());
+  }
+
+  // Stage 3: validate on fresh inputs; outputs poisoned; a repeat must agree.
+  t0 = clock.MonotonicSeconds();
+  const int generation = sb_->generation();
+  for (int set = 0; set < p_.size_sets_size(); ++set) {
+    for (int trial = 0; trial < std::max(1, p_.check().trials()); ++trial) {
+      std::string why;
+      if (absl::Status st = EnsureReference(set, trial, &why); !st.ok()) {
+        EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
+        return;
+      }
+      if (sb_->generation() != generation) {
+        EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR, "sandbox restarted during validation");
+        return;
+      }
+      const int repeats = trial == 0 ? 2 : 1;
+      for (int rep = 0; rep < repeats; ++rep) {
+        auto r = RunCalls(cand_program_, cand_calls_[set], {BuildSet(set, trial, cand_scratch_[set], rep)}, false);
+        if (r.status != Sandbox::CallStatus::kOk) {
+          EndCallFailure(v1::STAGE_VALIDATE, t0, r);
+          return;
+        }
+        const auto& run = r.response.run();
+        if (run.outcome() != v1::OUTCOME_OK) {
+          EndStage(v1::STAGE_VALIDATE, t0, run.outcome(), run.message());
+          return;
+        }
+        if (!Check(set, trial, run, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
+          const auto& e = res_.errors();
+          EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_WRONG_ANSWER,
+                   absl::StrCat(e.check(), ": buffer ", e.buffer(), " size set ", e.size_set(), " trial ", trial,
+                                rep == 1 ? " (repeat run)" : "", ": ", e.mismatches(), " elements wrong, first at ",
+                                e.first_mismatch_index(), ", max abs error ", e.max_abs_error()));
+          return;
+        }
+      }
+    }
+  }
+  EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_OK);
+
+  // Stage 4: benchmark reference and candidate in this sandbox lifetime, rotating inputs, then
+  // validate what the last timed run wrote.
+  t0 = clock.MonotonicSeconds();
+  double log_sum = 0;
+  int bench_sets = 0;
+  const int nsets = std::max(1, ev_.options_.bench_input_sets);
+  for (int set = 0; set < p_.size_sets_size(); ++set) {
+    if (!p_.size_sets(set).bench()) continue;
+    std::vector<int> indices;
+    for (int i = 0; i < nsets; ++i) {
+      indices.push_back(i);
+      if (absl::Status st = EnsureReference(set, i, nullptr); !st.ok()) {
+        EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
+        return;
+      }
+    }
+    auto ref = ReferenceTiming(set, indices);
+    if (!ref.ok()) {
+      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(ref.status().message()));
+      return;
+    }
+    std::vector<v1::BufferSet> sets;
+    for (int i : indices) sets.push_back(BuildSet(set, i, cand_scratch_[set], 0));
+    auto r = RunCalls(cand_program_, cand_calls_[set], sets, /*bench=*/true);
+    if (r.status != Sandbox::CallStatus::kOk) {
+      EndCallFailure(v1::STAGE_BENCHMARK, t0, r);
+      return;
+    }
+    const auto& run = r.response.run();
+    if (run.outcome() != v1::OUTCOME_OK) {
+      EndStage(v1::STAGE_BENCHMARK, t0, run.outcome(), run.message());
+      return;
+    }
+    if (!Check(set, indices[run.last_set()], run, 0, "stale")) {
+      const auto& e = res_.errors();
+      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
+               absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(), " (size set ",
+                            e.size_set(), "): ", e.mismatches(), " elements wrong"));
+      return;
+    }
+    std::vector<double> samples(run.samples_seconds().begin(), run.samples_seconds().end());
+    auto* t = res_.add_timings();
+    t->set_size_set(p_.size_sets(set).name());
+    *t->mutable_candidate() = Stats(std::move(samples));
+    *t->mutable_reference() = *ref;
+    const double cand = t->candidate().median_seconds();
+    t->set_speedup(cand > 0 ? ref->median_seconds() / cand : 0);
+    if (t->speedup() > 0) {
+      log_sum += std::log(t->speedup());
+      ++bench_sets;
+    }
+  }
+  res_.set_speedup(bench_sets > 0 ? std::exp(log_sum / bench_sets) : 0);
+  EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_OK);
+  res_.set_outcome(v1::OUTCOME_OK);
+  res_.set_total_seconds(clock.MonotonicSeconds() - start);
+}
+
+Evaluator::Evaluator(EvaluatorOptions options, Clock& clock, Logger log)
+    : options_(std::move(options)), clock_(clock), log_(std::move(log)) {
+  if (options_.input_salt == 0) {
+    std::random_device rd;
+    options_.input_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+}
+
+Evaluator::~Evaluator() = default;
+
+Evaluator::BackendState& Evaluator::StateFor(v1::Backend backend) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = backends_[backend];
+  if (slot == nullptr) {
+    slot = std::make_unique<BackendState>();
+    slot->sandbox = std::make_unique<Sandbox>(options_.sandbox, backend);
+  }
+  return *slot;
+}
+
+v1::HelloResponse Evaluator::Probe(v1::Backend backend) {
+  if (backend == v1::BACKEND_REPLAY) {
+    v1::HelloResponse h;
+    h.set_available(true);
+    h.mutable_device()->set_backend(v1::BACKEND_REPLAY);
+    h.mutable_device()->set_name("replay");
+    return h;
+  }
+  BackendState& st = StateFor(backend);
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto h = st.sandbox->EnsureStarted();
+  if (!h.ok()) {
+    v1::HelloResponse out;
+    out.set_unavailable_reason(std::string(h.status().message()));
+    return out;
+  }
+  return *h;
+}
+
+v1::EvaluationResult Evaluator::Evaluate(const v1::EvaluationRequest& req) {
+  v1::EvaluationResult res;
+  res.set_request_id(req.request_id());
+  res.set_job_id(req.job_id());
+  res.set_candidate_id(req.candidate().id());
+  res.set_worker_id(options_.worker_id);
+  const double t0 = clock_.MonotonicSeconds();
+  if (req.problem().backend() == v1::BACKEND_REPLAY) {
+    replay_.Evaluate(req, &res);
+  } else if (req.problem().backend() == v1::BACKEND_OPENCL || req.problem().backend() == v1::BACKEND_CUDA) {
+    BackendState& st = StateFor(req.problem().backend());
+    std::lock_guard<std::mutex> lock(st.mu);
+    Run run(*this, st, req, res);
+    run.Execute();
+  } else {
+    res.set_outcome(v1::OUTCOME_INFRA_ERROR);
+    res.set_message("problem has no backend");
+  }
+  res.set_total_seconds(clock_.MonotonicSeconds() - t0);
+  res.mutable_finished_at()->set_seconds(static_cast<int64_t>(clock_.WallSeconds()));
+  log_->info("evaluated candidate={} job={} outcome={} speedup={:.3f} seconds={:.3f}", req.candidate().id(),
+             req.job_id(), std::string(OutcomeName(res.outcome())), res.speedup(), res.total_seconds());
+  return res;
+}
+
+}  // namespace kforge::worker

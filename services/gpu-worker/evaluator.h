@@ -1,0 +1,71 @@
+#pragma once
+
+// The evaluation pipeline: screen -> compile -> validate -> benchmark. Runs in the worker
+// process and drives a sandbox per backend. The reference's answers never enter the sandbox:
+// the sandbox returns what the candidate wrote and this process compares.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "kforge/v1/evaluation.pb.h"
+#include "services/gpu-worker/replay.h"
+#include "services/gpu-worker/sandbox.h"
+#include "services/gpu-worker/screen.h"
+
+namespace kforge::worker {
+
+struct EvaluatorOptions {
+  SandboxOptions sandbox;
+  ScreenOptions screen;
+  std::string worker_id = "local";
+  double compile_timeout_seconds = 120;
+  double run_timeout_seconds = 60;  // per sandbox run request (the watchdog)
+  int warmup = 2;
+  int min_samples = 10;
+  int max_samples = 200;
+  double min_bench_seconds = 0.25;  // device time per size set and kernel
+  int bench_input_sets = 3;         // input sets rotated between benchmark samples
+  int64_t max_message_bytes = 2048; // compile logs and messages are truncated to this
+  // Salt for the random inputs; 0 draws one from the OS at construction. Inputs depend on it,
+  // the problem and the trial, never on the candidate, and nothing outside this process sees it.
+  uint64_t input_salt = 0;
+};
+
+class Evaluator {
+ public:
+  Evaluator(EvaluatorOptions options, Clock& clock, Logger log);
+  ~Evaluator();
+
+  // Never fails: every problem is a typed outcome in the result. Thread-safe; one evaluation at
+  // a time per backend.
+  v1::EvaluationResult Evaluate(const v1::EvaluationRequest& request);
+
+  // Starts the backend's sandbox and returns what it found (device info or why unavailable).
+  v1::HelloResponse Probe(v1::Backend backend);
+
+  const EvaluatorOptions& options() const { return options_; }
+
+ private:
+  struct ProblemData;
+  struct BackendState;
+  class Run;
+
+  BackendState& StateFor(v1::Backend backend);
+
+  EvaluatorOptions options_;
+  Clock& clock_;
+  Logger log_;
+  std::mutex mu_;
+  std::map<int, std::unique_ptr<BackendState>> backends_;
+  ReplayEvaluator replay_;
+};
+
+// Removes absolute paths and truncates; what leaves the worker goes through this.
+std::string ScrubMessage(const std::string& text, int64_t max_bytes);
+
+}  // namespace kforge::worker

@@ -1,0 +1,225 @@
+#include "services/gpu-worker/sandbox.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "services/gpu-worker/framing.h"
+
+extern char** environ;
+
+namespace kforge::worker {
+
+namespace fs = std::filesystem;
+
+std::string FindSandboxBinary() {
+  if (const char* v = std::getenv("KFORGE_SANDBOX_BINARY"); v != nullptr && *v) return v;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path dir = self.parent_path();
+    for (const fs::path& p : {dir / "kforge-sandbox", dir / "../services/gpu-worker/kforge-sandbox",
+                              dir / "../../services/gpu-worker/kforge-sandbox",
+                              dir / "../libexec/kforge-sandbox"}) {
+      if (fs::is_regular_file(p, ec)) return fs::weakly_canonical(p, ec).string();
+    }
+  }
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    std::string p(path);
+    size_t start = 0;
+    while (start <= p.size()) {
+      size_t end = p.find(':', start);
+      if (end == std::string::npos) end = p.size();
+      const fs::path cand = fs::path(p.substr(start, end - start)) / "kforge-sandbox";
+      if (fs::is_regular_file(cand, ec)) return cand.string();
+      start = end + 1;
+    }
+  }
+  return "kforge-sandbox";
+}
+
+Sandbox::Sandbox(SandboxOptions options, v1::Backend backend)
+    : options_(std::move(options)), backend_(backend) {
+  if (options_.binary.empty()) options_.binary = FindSandboxBinary();
+}
+
+Sandbox::~Sandbox() {
+  Kill();
+  if (!work_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(work_dir_, ec);
+  }
+}
+
+absl::Status Sandbox::Spawn() {
+  if (work_dir_.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/kforge-sandbox-XXXXXX");
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp failed: ", std::strerror(errno)));
+    }
+    work_dir_ = tmpl;
+  }
+  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> env_strings = {absl::StrCat("HOME=", work_dir_), absl::StrCat("TMPDIR=", work_dir_)};
+  bool have_path = false;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv(*e);
+    const std::string key = kv.substr(0, kv.find('='));
+    for (const auto& allow : options_.env_allow) {
+      const bool match = absl::EndsWith(allow, "*") ? absl::StartsWith(key, allow.substr(0, allow.size() - 1))
+                                                     : key == allow;
+      if (match) {
+        env_strings.push_back(kv);
+        have_path = have_path || key == "PATH";
+        break;
+      }
+    }
+  }
+  if (!have_path) env_strings.push_back("PATH=/usr/local/bin:/usr/bin:/bin");
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string binary = options_.binary;
+  char* argv[] = {binary.data(), nullptr};
+
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair failed: ", std::strerror(errno)));
+  }
+  rlimit as{static_cast<rlim_t>(options_.memory_limit_mb) << 20, static_cast<rlim_t>(options_.memory_limit_mb) << 20};
+  rlimit cpu{static_cast<rlim_t>(options_.cpu_limit_seconds), static_cast<rlim_t>(options_.cpu_limit_seconds + 1)};
+  rlimit core{0, 0};
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // own process group: the watchdog kills the whole group
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
+    dup2(sv[1], 0);
+    dup2(sv[1], 1);
+    // No inherited descriptors beyond stdin/stdout/stderr.
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+    setrlimit(RLIMIT_CORE, &core);
+    if (options_.memory_limit_mb > 0) setrlimit(RLIMIT_AS, &as);
+    if (options_.cpu_limit_seconds > 0) setrlimit(RLIMIT_CPU, &cpu);
+    if (chdir(work_dir_.c_str()) != 0) _exit(126);
+    signal(SIGPIPE, SIG_DFL);
+    execve(binary.c_str(), argv, envp.data());
+    _exit(127);
+  }
+  close(sv[1]);
+  pid_ = pid;
+  fd_ = sv[0];
+  ++generation_;
+  return absl::OkStatus();
+}
+
+std::string Sandbox::Reap(bool kill_first) {
+  if (pid_ <= 0) return "not running";
+  if (kill_first) kill(-pid_, SIGKILL);
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid_, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  if (!kill_first) kill(-pid_, SIGKILL);  // stray grandchildren of a crashed child
+  pid_ = -1;
+  if (r < 0) return "lost track of the sandbox process";
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return absl::StrCat("sandbox killed by signal SIG", name != nullptr ? name : std::to_string(sig));
+  }
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    if (code == 127) return "sandbox binary could not be started";
+    if (code == 4) return "device reported a sticky error; sandbox restarted";
+    return absl::StrCat("sandbox exited with status ", code);
+  }
+  return "sandbox ended";
+}
+
+void Sandbox::Kill() {
+  if (pid_ > 0) Reap(/*kill_first=*/true);
+}
+
+absl::StatusOr<v1::HelloResponse> Sandbox::EnsureStarted() {
+  if (pid_ > 0) return hello_;
+  const int64_t t0 = MonotonicMillis();
+  if (absl::Status st = Spawn(); !st.ok()) return st;
+  v1::SandboxRequest req;
+  req.mutable_hello()->set_backend(backend_);
+  if (absl::Status st = WriteFrame(fd_, req); !st.ok()) {
+    const std::string why = Reap(true);
+    return absl::UnavailableError(absl::StrCat("cannot start ", options_.binary, ": ", why));
+  }
+  v1::SandboxResponse resp;
+  const int64_t deadline = MonotonicMillis() + static_cast<int64_t>(options_.start_timeout_seconds * 1000);
+  if (absl::Status st = ReadFrameUntil(fd_, &resp, deadline); !st.ok()) {
+    const std::string why = Reap(true);
+    return absl::UnavailableError(absl::StrCat("sandbox did not start: ", why));
+  }
+  hello_ = resp.hello();
+  last_start_seconds_ = (MonotonicMillis() - t0) / 1000.0;
+  return hello_;
+}
+
+Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double timeout_seconds) {
+  CallResult out;
+  auto hello = EnsureStarted();
+  if (!hello.ok()) {
+    out.message = std::string(hello.status().message());
+    return out;
+  }
+  if (!hello->available()) {
+    out.message = hello->unavailable_reason();
+    return out;
+  }
+  if (absl::Status st = WriteFrame(fd_, request); !st.ok()) {
+    out.status = CallStatus::kCrashed;
+    out.message = Reap(false);
+    return out;
+  }
+  const int64_t deadline = MonotonicMillis() + static_cast<int64_t>(timeout_seconds * 1000);
+  absl::Status st = ReadFrameUntil(fd_, &out.response, deadline);
+  if (absl::IsDeadlineExceeded(st)) {
+    Reap(/*kill_first=*/true);
+    out.status = CallStatus::kTimeout;
+    out.message = absl::StrCat("no answer within ", timeout_seconds, " s; sandbox killed");
+    return out;
+  }
+  if (!st.ok()) {
+    out.status = CallStatus::kCrashed;
+    out.message = Reap(false);
+    return out;
+  }
+  if (!out.response.error().empty()) {
+    out.message = out.response.error();
+    return out;
+  }
+  out.status = CallStatus::kOk;
+  // A sandbox that reported a sticky device error exits right after: collect it now.
+  if (out.response.has_run() && out.response.run().outcome() == v1::OUTCOME_CRASHED) Reap(false);
+  return out;
+}
+
+}  // namespace kforge::worker

@@ -1,0 +1,75 @@
+#pragma once
+
+// The worker's side of the sandbox: a kforge-sandbox child process per backend, started with a
+// clean environment, resource limits, its own process group and an empty working folder, and
+// killed by a wall-clock watchdog when a request overruns. A crash or hang costs the child, never
+// the worker; the next request starts a fresh one.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kforge/v1/sandbox.pb.h"
+
+namespace kforge::worker {
+
+struct SandboxOptions {
+  std::string binary;             // path to kforge-sandbox
+  int64_t memory_limit_mb = 0;    // RLIMIT_AS; 0 = none (the CUDA driver needs a huge address space)
+  int64_t cpu_limit_seconds = 0;  // RLIMIT_CPU over the child's lifetime; 0 = none
+  double start_timeout_seconds = 30;
+  // Environment variables passed through (a trailing '*' matches a prefix). Nothing else is.
+  std::vector<std::string> env_allow = {"PATH", "LD_LIBRARY_PATH", "POCL_*", "OCL_ICD_*",
+                                        "OPENCL_VENDOR_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+                                        "CUDA_PATH", "KFORGE_OPENCL_DEVICE", "KFORGE_CUDA_DEVICE"};
+};
+
+// Finds kforge-sandbox: $KFORGE_SANDBOX_BINARY, then beside the running executable, then the
+// build tree layout, then PATH.
+std::string FindSandboxBinary();
+
+class Sandbox {
+ public:
+  enum class CallStatus { kOk, kTimeout, kCrashed, kInfraError };
+  struct CallResult {
+    CallStatus status = CallStatus::kInfraError;
+    v1::SandboxResponse response;
+    std::string message;  // why, when not ok ("killed by signal SIGSEGV", ...)
+  };
+
+  Sandbox(SandboxOptions options, v1::Backend backend);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Starts the child if none runs and returns its hello (device info or why unavailable).
+  [[nodiscard]] absl::StatusOr<v1::HelloResponse> EnsureStarted();
+  // Sends one request and waits up to timeout_seconds. On timeout or crash the child is gone and
+  // the next call starts a new one.
+  CallResult Call(const v1::SandboxRequest& request, double timeout_seconds);
+  void Kill();
+
+  // Increments with every child started: reference timings are only comparable within one.
+  int generation() const { return generation_; }
+  bool running() const { return pid_ > 0; }
+  double last_start_seconds() const { return last_start_seconds_; }
+  const v1::HelloResponse& hello() const { return hello_; }
+
+ private:
+  absl::Status Spawn();
+  std::string Reap(bool kill_first);  // waits for the child; returns how it ended
+
+  SandboxOptions options_;
+  v1::Backend backend_;
+  std::string work_dir_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int generation_ = 0;
+  double last_start_seconds_ = 0;
+  v1::HelloResponse hello_;
+};
+
+}  // namespace kforge::worker

@@ -1,0 +1,194 @@
+#include "services/gpu-worker/sandbox_server.h"
+
+#include <unistd.h>
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "services/gpu-worker/cuda_backend.h"
+#include "services/gpu-worker/framing.h"
+#include "services/gpu-worker/opencl_backend.h"
+
+namespace kforge::worker {
+
+std::unique_ptr<DeviceBackend> MakeBackend(v1::Backend backend) {
+  switch (backend) {
+    case v1::BACKEND_OPENCL: return MakeOpenClBackend();
+    case v1::BACKEND_CUDA: return MakeCudaBackend();
+    default: return nullptr;
+  }
+}
+
+namespace {
+
+// Device buffers for one buffer set; freed on scope exit.
+class BoundSet {
+ public:
+  explicit BoundSet(DeviceBackend& b) : backend_(b) {}
+  ~BoundSet() {
+    for (auto& [n, buf] : bufs_) backend_.Free(buf.first);
+  }
+  absl::Status Upload(const v1::BufferSet& set) {
+    for (const auto& b : set.buffers()) {
+      auto it = bufs_.find(b.name());
+      if (it == bufs_.end()) {
+        auto d = backend_.Alloc(b.data().size());
+        if (!d.ok()) return d.status();
+        it = bufs_.emplace(b.name(), std::make_pair(*d, b.data().size())).first;
+      }
+      if (absl::Status st = backend_.Upload(it->second.first, b.data()); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<BoundCall>> Bind(const google::protobuf::RepeatedPtrField<v1::KernelCall>& calls) const {
+    std::vector<BoundCall> out;
+    for (const auto& c : calls) {
+      BoundCall bc;
+      bc.call = &c;
+      for (const auto& a : c.args()) {
+        DeviceBuf buf = 0;
+        if (a.value_case() == v1::CallArg::kBuffer) {
+          auto it = bufs_.find(a.buffer());
+          if (it == bufs_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown buffer '", a.buffer(), "'"));
+          buf = it->second.first;
+        }
+        bc.buffers.push_back(buf);
+      }
+      out.push_back(std::move(bc));
+    }
+    return out;
+  }
+  absl::Status DownloadAll(google::protobuf::RepeatedPtrField<v1::BufferData>* out) {
+    for (const auto& [name, buf] : bufs_) {
+      auto* b = out->Add();
+      b->set_name(name);
+      if (absl::Status st = backend_.Download(buf.first, buf.second, b->mutable_data()); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  DeviceBackend& backend_;
+  std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
+};
+
+void Fail(v1::RunResponse& r, const absl::Status& st) {
+  r.set_outcome(st.code() == absl::StatusCode::kInvalidArgument ? v1::OUTCOME_LAUNCH_ERROR
+                : st.code() == absl::StatusCode::kAborted      ? v1::OUTCOME_CRASHED
+                                                                : v1::OUTCOME_INFRA_ERROR);
+  r.set_message(std::string(st.message()));
+}
+
+}  // namespace
+
+v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
+  v1::RunResponse r;
+  if (req.sets().empty()) {
+    r.set_outcome(v1::OUTCOME_INFRA_ERROR);
+    r.set_message("run request without buffers");
+    return r;
+  }
+  std::vector<std::unique_ptr<BoundSet>> sets;
+  const int nsets = req.mode() == v1::RunRequest::MODE_BENCH ? req.sets_size() : 1;
+  for (int i = 0; i < nsets; ++i) {
+    sets.push_back(std::make_unique<BoundSet>(backend));
+    if (absl::Status st = sets.back()->Upload(req.sets(i)); !st.ok()) {
+      Fail(r, st);
+      return r;
+    }
+  }
+  std::vector<std::vector<BoundCall>> bound;
+  for (auto& s : sets) {
+    auto b = s->Bind(req.calls());
+    if (!b.ok()) {
+      Fail(r, b.status());
+      return r;
+    }
+    bound.push_back(*std::move(b));
+  }
+  if (req.mode() == v1::RunRequest::MODE_VALIDATE) {
+    auto t = backend.Launch(req.program_id(), bound[0]);
+    if (!t.ok()) {
+      Fail(r, t.status());
+      return r;
+    }
+    r.add_samples_seconds(*t);
+  } else {
+    int last = 0;
+    for (int i = 0; i < req.warmup(); ++i) {
+      auto t = backend.Launch(req.program_id(), bound[i % nsets]);
+      if (!t.ok()) {
+        Fail(r, t.status());
+        return r;
+      }
+      last = i % nsets;
+    }
+    double total = 0;
+    const int max_samples = std::max(req.max_samples(), std::max(req.min_samples(), 1));
+    for (int i = 0; i < max_samples; ++i) {
+      if (i >= req.min_samples() && total >= req.min_seconds()) break;
+      if (req.flush_cache()) backend.FlushCache();
+      last = i % nsets;
+      auto t = backend.Launch(req.program_id(), bound[last]);
+      if (!t.ok()) {
+        Fail(r, t.status());
+        return r;
+      }
+      r.add_samples_seconds(*t);
+      total += *t;
+    }
+    r.set_last_set(last);
+  }
+  const int returned = r.last_set();
+  if (absl::Status st = sets[returned]->DownloadAll(r.mutable_buffers()); !st.ok()) {
+    Fail(r, st);
+    return r;
+  }
+  r.set_outcome(v1::OUTCOME_OK);
+  return r;
+}
+
+int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
+  std::unique_ptr<DeviceBackend> backend;
+  while (true) {
+    v1::SandboxRequest req;
+    absl::Status st = ReadFrame(in_fd, &req);
+    if (absl::IsNotFound(st)) return 0;  // the worker closed the pipe
+    if (!st.ok()) return 3;
+    v1::SandboxResponse resp;
+    bool exit_after = false;
+    switch (req.kind_case()) {
+      case v1::SandboxRequest::kHello:
+        backend = factory(req.hello().backend());
+        if (backend == nullptr) {
+          resp.mutable_hello()->set_unavailable_reason("backend not built into this binary");
+        } else {
+          *resp.mutable_hello() = backend->Init();
+          if (!resp.hello().available()) backend.reset();
+        }
+        break;
+      case v1::SandboxRequest::kCompile:
+        if (backend == nullptr) {
+          resp.set_error("no device opened");
+        } else {
+          *resp.mutable_compile() = backend->Compile(req.compile());
+        }
+        break;
+      case v1::SandboxRequest::kRun:
+        if (backend == nullptr) {
+          resp.set_error("no device opened");
+        } else {
+          *resp.mutable_run() = ExecuteRun(*backend, req.run());
+          // A sticky device error poisons the context: report it, then let the worker respawn us.
+          exit_after = resp.run().outcome() == v1::OUTCOME_CRASHED;
+        }
+        break;
+      default:
+        resp.set_error("unknown request");
+    }
+    if (!WriteFrame(out_fd, resp).ok()) return 3;
+    if (exit_after) return 4;
+  }
+}
+
+}  // namespace kforge::worker
