@@ -159,7 +159,8 @@ class Evaluator::Run {
   const std::map<std::string, std::string>& Inputs(int set, int index);
   absl::Status EnsureReference(int set, int index, std::string* why_crashed);
   absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
-  v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch, int pattern);
+  v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch, int pattern,
+                         bool inputs_only = false);
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
                                const std::vector<v1::BufferSet>& sets, bool bench);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
@@ -211,20 +212,23 @@ const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int in
 }
 
 v1::BufferSet Evaluator::Run::BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
-                                       int pattern) {
+                                       int pattern, bool inputs_only) {
   v1::BufferSet out;
   const auto& inputs = Inputs(set, index);
   const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
   for (const auto& b : p_.buffers()) {
+    if (inputs_only && b.role() == v1::BUFFER_ROLE_OUT) continue;
     auto* d = out.add_buffers();
     d->set_name(b.name());
     if (b.role() == v1::BUFFER_ROLE_OUT) {
       d->set_data(PoisonBytes(b.dtype(), *ShapeElements(b.shape(), env), pattern));
     } else {
       d->set_data(inputs.at(b.name()));
+      d->set_restore_each_run(b.role() == v1::BUFFER_ROLE_INOUT);
     }
   }
   for (const auto& [name, bytes] : scratch) {
+    if (inputs_only) break;
     auto* d = out.add_buffers();
     d->set_name(name);
     d->set_data(PoisonBytes(v1::DTYPE_U8, bytes, pattern));
@@ -295,7 +299,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set, const s
   }
   if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
   std::vector<v1::BufferSet> sets;
-  for (int i : indices) sets.push_back(BuildSet(set, i, {}, 0));
+  for (int i : indices) sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0]));
   auto r = RunCalls(data_->ref_program, ref_calls_[set], sets, /*bench=*/true);
   if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK) {
     return absl::UnavailableError(absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
@@ -504,7 +508,7 @@ void Evaluator::Run::Execute() {
       return;
     }
     std::vector<v1::BufferSet> sets;
-    for (int i : indices) sets.push_back(BuildSet(set, i, cand_scratch_[set], 0));
+    for (int i : indices) sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0]));
     auto r = RunCalls(cand_program_, cand_calls_[set], sets, /*bench=*/true);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_BENCHMARK, t0, r);

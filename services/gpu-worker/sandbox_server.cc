@@ -22,14 +22,26 @@ std::unique_ptr<DeviceBackend> MakeBackend(v1::Backend backend) {
 namespace {
 
 // Device buffers for one buffer set; freed on scope exit.
+// Buffers missing from a set are taken from `shared` (set 0): benchmark sets differ only in their
+// inputs, so outputs and scratch are shared and a kernel that skips work after computing once
+// leaves another set's results behind, which the final validation catches.
 class BoundSet {
  public:
-  explicit BoundSet(DeviceBackend& b) : backend_(b) {}
+  BoundSet(DeviceBackend& b, const BoundSet* shared) : backend_(b), shared_(shared) {}
   ~BoundSet() {
     for (auto& [n, buf] : bufs_) backend_.Free(buf.first);
   }
+  // Re-uploads the buffers a run overwrites in place (inout) so every run sees the same inputs.
+  absl::Status Restore() {
+    for (const v1::BufferData* b : restore_) {
+      if (absl::Status st = backend_.Upload(bufs_.at(b->name()).first, b->data()); !st.ok()) return st;
+    }
+    return shared_ != nullptr ? const_cast<BoundSet*>(shared_)->Restore() : absl::OkStatus();
+  }
+
   absl::Status Upload(const v1::BufferSet& set) {
     for (const auto& b : set.buffers()) {
+      if (b.restore_each_run()) restore_.push_back(&b);
       auto it = bufs_.find(b.name());
       if (it == bufs_.end()) {
         auto d = backend_.Alloc(b.data().size());
@@ -48,9 +60,9 @@ class BoundSet {
       for (const auto& a : c.args()) {
         DeviceBuf buf = 0;
         if (a.value_case() == v1::CallArg::kBuffer) {
-          auto it = bufs_.find(a.buffer());
-          if (it == bufs_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown buffer '", a.buffer(), "'"));
-          buf = it->second.first;
+          const auto* found = Find(a.buffer());
+          if (found == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown buffer '", a.buffer(), "'"));
+          buf = found->first;
         }
         bc.buffers.push_back(buf);
       }
@@ -59,7 +71,10 @@ class BoundSet {
     return out;
   }
   absl::Status DownloadAll(google::protobuf::RepeatedPtrField<v1::BufferData>* out) {
-    for (const auto& [name, buf] : bufs_) {
+    std::map<std::string, std::pair<DeviceBuf, size_t>> view;
+    if (shared_ != nullptr) view = shared_->bufs_;
+    for (const auto& [name, buf] : bufs_) view[name] = buf;
+    for (const auto& [name, buf] : view) {
       auto* b = out->Add();
       b->set_name(name);
       if (absl::Status st = backend_.Download(buf.first, buf.second, b->mutable_data()); !st.ok()) return st;
@@ -68,7 +83,14 @@ class BoundSet {
   }
 
  private:
+  const std::pair<DeviceBuf, size_t>* Find(const std::string& name) const {
+    if (auto it = bufs_.find(name); it != bufs_.end()) return &it->second;
+    return shared_ != nullptr ? shared_->Find(name) : nullptr;
+  }
+
   DeviceBackend& backend_;
+  const BoundSet* shared_;
+  std::vector<const v1::BufferData*> restore_;
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
 };
 
@@ -91,7 +113,7 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
   std::vector<std::unique_ptr<BoundSet>> sets;
   const int nsets = req.mode() == v1::RunRequest::MODE_BENCH ? req.sets_size() : 1;
   for (int i = 0; i < nsets; ++i) {
-    sets.push_back(std::make_unique<BoundSet>(backend));
+    sets.push_back(std::make_unique<BoundSet>(backend, i == 0 ? nullptr : sets[0].get()));
     if (absl::Status st = sets.back()->Upload(req.sets(i)); !st.ok()) {
       Fail(r, st);
       return r;
@@ -116,6 +138,10 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
   } else {
     int last = 0;
     for (int i = 0; i < req.warmup(); ++i) {
+      if (absl::Status st = sets[i % nsets]->Restore(); !st.ok()) {
+        Fail(r, st);
+        return r;
+      }
       auto t = backend.Launch(req.program_id(), bound[i % nsets]);
       if (!t.ok()) {
         Fail(r, t.status());
@@ -129,6 +155,10 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
       if (i >= req.min_samples() && total >= req.min_seconds()) break;
       if (req.flush_cache()) backend.FlushCache();
       last = i % nsets;
+      if (absl::Status st = sets[last]->Restore(); !st.ok()) {
+        Fail(r, st);
+        return r;
+      }
       auto t = backend.Launch(req.program_id(), bound[last]);
       if (!t.ok()) {
         Fail(r, t.status());

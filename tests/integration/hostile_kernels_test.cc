@@ -1,0 +1,284 @@
+// The catalogue of hostile and broken kernels: each must be refused with the right outcome, and
+// the worker (here: the Evaluator in this test process) must carry on afterwards.
+
+#include <string>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "common/launch.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "services/gpu-worker/evaluator.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::worker {
+namespace {
+
+constexpr char kProblem[] = R"(
+name: vadd
+backend: opencl
+description: c = a + b
+sizes: {N: 4099}
+buffers:
+  a: {dtype: f32, shape: [N], role: in}
+  b: {dtype: f32, shape: [N], role: in}
+  c: {dtype: f32, shape: [N], role: out}
+check: {atol: 1e-6, rtol: 1e-6, trials: 2}
+reference:
+  source: reference.cl
+  launches: [{kernel: add_ref, global: ["ceil_div(N, 64) * 64"], local: [64], args: [a, b, c, N]}]
+seed:
+  source: seed.cl
+  params: {WG: [64, 128]}
+  launches: [{kernel: add, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, c, N]}]
+)";
+
+constexpr char kReference[] = R"(
+__kernel void add_ref(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = a[i] + b[i];
+}
+)";
+
+constexpr char kSeed[] = R"(
+__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = a[i] + b[i];
+}
+)";
+
+std::string Kernel(const std::string& body) {
+  return "__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {\n"
+         "  int i = get_global_id(0);\n" + body + "\n}\n";
+}
+
+class HostileKernelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    dir_->Write("vadd/problem.yaml", kProblem);
+    dir_->Write("vadd/reference.cl", kReference);
+    dir_->Write("vadd/seed.cl", kSeed);
+    auto p = LoadProblem(dir_->path() + "/vadd");
+    ASSERT_TRUE(p.ok()) << p.status();
+    problem_ = new v1::Problem(*p);
+    EvaluatorOptions opts;
+    opts.sandbox.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+    opts.run_timeout_seconds = 4;
+    opts.warmup = 1;
+    opts.min_samples = 4;
+    opts.max_samples = 20;
+    opts.min_bench_seconds = 0.005;
+    clock_ = new RealClock();
+    evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
+  }
+  static void TearDownTestSuite() {
+    delete evaluator_;
+    delete clock_;
+    delete problem_;
+    delete dir_;
+  }
+  void SetUp() override {
+    const v1::HelloResponse hello = evaluator_->Probe(v1::BACKEND_OPENCL);
+    if (!hello.available()) GTEST_SKIP() << "no OpenCL device: " << hello.unavailable_reason();
+  }
+
+  static v1::EvaluationResult Eval(const std::string& source, const v1::LaunchPlan* plan = nullptr) {
+    v1::Candidate c = MakeSeedCandidate(*problem_, {{"WG", 64}});
+    c.set_id("hostile");
+    c.set_source(source);
+    if (plan != nullptr) *c.mutable_plan() = *plan;
+    v1::EvaluationRequest req;
+    *req.mutable_problem() = *problem_;
+    *req.mutable_candidate() = c;
+    return evaluator_->Evaluate(req);
+  }
+
+  static std::string Json(const v1::EvaluationResult& r) {
+    std::string out;
+    (void)google::protobuf::util::MessageToJsonString(r, &out);
+    return out;
+  }
+
+  // The worker carries on: an honest candidate still evaluates fine.
+  static void ExpectHealthy() {
+    v1::EvaluationResult r = Eval(kSeed);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << Json(r);
+  }
+
+  static v1::LaunchPlan Plan(const std::string& yaml) {
+    const std::string path = dir_->Write("plan.yaml", yaml);
+    auto plan = LoadLaunchPlanFile(*problem_, path);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *plan : v1::LaunchPlan();
+  }
+
+  static testing::TempDir* dir_;
+  static v1::Problem* problem_;
+  static Clock* clock_;
+  static Evaluator* evaluator_;
+};
+
+testing::TempDir* HostileKernelsTest::dir_ = nullptr;
+v1::Problem* HostileKernelsTest::problem_ = nullptr;
+Clock* HostileKernelsTest::clock_ = nullptr;
+Evaluator* HostileKernelsTest::evaluator_ = nullptr;
+
+TEST_F(HostileKernelsTest, HonestSeedPasses) {
+  v1::EvaluationResult r = Eval(kSeed);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << Json(r);
+  EXPECT_GT(r.speedup(), 0);
+  ASSERT_EQ(r.stages_size(), 4);
+  EXPECT_EQ(r.timings_size(), 1);
+  EXPECT_GT(r.timings(0).candidate().samples(), 0);
+}
+
+TEST_F(HostileKernelsTest, WritesNothing) {
+  v1::EvaluationResult r = Eval(Kernel("  if (i < 0) c[i] = a[i] + b[i];"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+  EXPECT_EQ(r.errors().check(), "unwritten");
+  EXPECT_EQ(r.errors().first_mismatch_index(), 0);
+}
+
+TEST_F(HostileKernelsTest, WritesOnlyPartOfTheOutput) {
+  v1::EvaluationResult r = Eval(Kernel("  if (i < n / 2) c[i] = a[i] + b[i];"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+  EXPECT_EQ(r.errors().check(), "unwritten");
+  EXPECT_EQ(r.errors().first_mismatch_index(), 4099 / 2);
+}
+
+TEST_F(HostileKernelsTest, CorrectOnceThenSkipsWork) {
+  // A second kernel marks a private scratch flag; later runs see it and skip the work. Fresh
+  // (poisoned) scratch makes every validation run compute, so this is caught by the final
+  // validation of the last timed run.
+  const std::string src = R"(
+__kernel void add(__global const float* a, __global const float* b, __global float* c, int n,
+                  __global int* flag) {
+  int i = get_global_id(0);
+  if (flag[0] == 12345) return;
+  if (i < n) c[i] = a[i] + b[i];
+}
+__kernel void mark(__global int* flag) { flag[0] = 12345; }
+)";
+  v1::LaunchPlan plan = Plan(R"(
+scratch: {flag: {dtype: i32, shape: [1]}}
+launches:
+  - {kernel: add, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, c, N, flag]}
+  - {kernel: mark, global: [1], local: [1], args: [flag]}
+)");
+  v1::EvaluationResult r = Eval(src, &plan);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+  ASSERT_GT(r.stages_size(), 0);
+  EXPECT_EQ(r.stages(r.stages_size() - 1).stage(), v1::STAGE_BENCHMARK) << Json(r);
+  EXPECT_EQ(r.errors().check(), "stale");
+}
+
+TEST_F(HostileKernelsTest, WritesItsInputs) {
+  v1::EvaluationResult r = Eval(R"(
+__kernel void add(__global float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) { c[i] = a[i] + b[i]; a[i] = 0.0f; }
+}
+)");
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+  EXPECT_EQ(r.errors().check(), "input_modified");
+  EXPECT_EQ(r.errors().buffer(), "a");
+}
+
+TEST_F(HostileKernelsTest, ReturnsAMemorisedConstant) {
+  v1::EvaluationResult r = Eval(Kernel("  if (i < n) c[i] = 0.25f;"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+  EXPECT_EQ(r.errors().check(), "tolerance");
+  EXPECT_GT(r.errors().mismatches(), 4000);
+}
+
+TEST_F(HostileKernelsTest, RacyKernel) {
+  // Each work-item adds b into the element a work-group further on, racing with that element's
+  // own write: the result depends on scheduling.
+  v1::EvaluationResult r = Eval(Kernel(
+      "  if (i < n) c[i] = a[i];\n"
+      "  int j = (i + 64) % n;\n"
+      "  if (i < n) c[j] = c[j] + b[j];"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+}
+
+TEST_F(HostileKernelsTest, InfiniteLoopTimesOutAndWorkerSurvives) {
+  v1::EvaluationResult r = Eval(Kernel("  for (;;) { if (i < n) c[i] = c[i] + 1.0f; }"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_TIMEOUT) << Json(r);
+  ExpectHealthy();
+}
+
+TEST_F(HostileKernelsTest, OutOfBoundsWriteCrashesAndWorkerSurvives) {
+  v1::EvaluationResult r = Eval(Kernel(
+      "  __global float* p = c + 0x100000000000L;\n"
+      "  if (i < n) p[i * 4096] = 1.0f;"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_CRASHED) << Json(r);
+  EXPECT_NE(r.message().find("signal"), std::string::npos) << r.message();
+  ExpectHealthy();
+}
+
+TEST_F(HostileKernelsTest, IncludesOfWorkerFilesAreRejectedInEverySpelling) {
+  dir_->Write("secret.h", "root:x:0:0:secret-marker\n");
+  const std::string rel = "../" + dir_->path().substr(dir_->path().rfind('/') + 1) + "/secret.h";
+  const std::vector<std::string> spellings = {
+      "#include \"/etc/passwd\"\n",
+      "#include </etc/passwd>\n",
+      "#include \"" + rel + "\"\n",
+      "#include \"secret.h\"\n",
+      "  #  include \"/etc/passwd\"\n",
+      "# /* hidden */ include \"/etc/passwd\"\n",
+      "%:include \"/etc/passwd\"\n",
+      "??=include \"/etc/passwd\"\n",
+      "#\\\ninclude \"/etc/passwd\"\n",
+      "#inc\\\nlude \"/etc/passwd\"\n",
+      "#define P \"/etc/passwd\"\n#include P\n",
+      "#include_next </etc/passwd>\n",
+      "#if __has_include(\"/etc/passwd\")\n#endif\n",
+      "#embed \"/etc/passwd\"\n",
+  };
+  for (const auto& inc : spellings) {
+    v1::EvaluationResult r = Eval(inc + kSeed);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_REJECTED) << inc << Json(r);
+    const std::string json = Json(r);
+    EXPECT_EQ(json.find("root:"), std::string::npos) << json;
+    EXPECT_EQ(json.find("secret-marker"), std::string::npos) << json;
+  }
+}
+
+TEST_F(HostileKernelsTest, HugeSourceIsRejected) {
+  std::string huge(2 << 20, ' ');
+  v1::EvaluationResult r = Eval(huge + kSeed);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_REJECTED) << r.message();
+  EXPECT_NE(r.message().find("bytes"), std::string::npos);
+}
+
+TEST_F(HostileKernelsTest, AbsurdLaunchDimensionsAreRejected) {
+  for (const char* dims : {"global: [1099511627776], local: [64]", "global: [4100], local: [64]",
+                           "global: [100000000], local: [100000000]", "global: [0], local: [64]"}) {
+    v1::LaunchPlan plan = Plan(std::string("launches: [{kernel: add, ") + dims + ", args: [a, b, c, N]}]\n");
+    v1::EvaluationResult r = Eval(kSeed, &plan);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_REJECTED) << dims << " " << Json(r);
+  }
+}
+
+TEST_F(HostileKernelsTest, CompileErrorIsReportedWithoutWorkerPaths) {
+  v1::EvaluationResult r = Eval(Kernel("  this is not OpenCL;"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_COMPILE_ERROR) << Json(r);
+  EXPECT_EQ(r.message().find("/tmp/"), std::string::npos) << r.message();
+  EXPECT_LE(r.message().size(), 2200u);
+}
+
+TEST_F(HostileKernelsTest, ArgumentMismatchIsALaunchError) {
+  v1::EvaluationResult r = Eval(R"(
+__kernel void add(__global const float* a, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = a[i];
+}
+)");
+  EXPECT_TRUE(r.outcome() == v1::OUTCOME_LAUNCH_ERROR) << Json(r);
+  ExpectHealthy();
+}
+
+}  // namespace
+}  // namespace kforge::worker
