@@ -8,7 +8,18 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "fmt/format.h"
 #include "spdlog/spdlog.h"
+
+// Debian's abseil has its own string_view type: teach fmt (and so spdlog) to print it.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename FormatContext>
+  auto format(absl::string_view s, FormatContext& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
 
 namespace kforge {
 

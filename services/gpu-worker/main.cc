@@ -1,21 +1,67 @@
-// kforge-gpu-worker: reads its config and wires the evaluation pipeline.
+// kforge-gpu-worker: reads its config, wires evaluator + sandbox + admin service + metrics.
+
+#include <unistd.h>
 
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
 #include "common/logging.h"
+#include "common/server_util.h"
 #include "services/gpu-worker/worker_config.h"
+#include "services/gpu-worker/worker_service.h"
 
 int main(int argc, char** argv) {
-  kforge::worker::WorkerOptions opts;
-  kforge::ConfigSchema schema;
-  kforge::worker::AddWorkerFields(schema, opts);
-  if (auto rc = kforge::LoadServiceConfigFromArgs(argc, argv, "kforge-gpu-worker",
-                                                  "kforge GPU worker: compile, validate, benchmark",
-                                                  "KFORGE_WORKER", schema)) {
+  using namespace kforge;
+  worker::WorkerOptions opts;
+  ConfigSchema schema;
+  worker::AddWorkerFields(schema, opts);
+  if (auto rc = LoadServiceConfigFromArgs(argc, argv, "kforge-gpu-worker",
+                                          "kforge GPU worker: compile, validate, benchmark", "KFORGE_WORKER",
+                                          schema)) {
     return *rc;
   }
-  auto log = kforge::MakeLogger("gpu-worker", *kforge::ParseLogLevel(opts.server.log_level));
-  std::cout << schema.Dump();
-  log->warn("serving is not implemented yet in this build; use `kforge eval` locally");
+  BlockTerminationSignals();
+  auto log = MakeLogger("gpu-worker", *ParseLogLevel(opts.server.log_level));
+  if (opts.worker_id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    opts.worker_id = absl::StrCat(host, "-", getpid());
+  }
+  worker::EvaluatorOptions eval_opts;
+  eval_opts.worker_id = opts.worker_id;
+  eval_opts.run_timeout_seconds = opts.timeout_seconds;
+  eval_opts.sandbox.memory_limit_mb = opts.memory_limit_mb;
+  RealClock clock;
+  worker::Evaluator evaluator(eval_opts, clock, log);
+  worker::WorkerCoreOptions core_opts;
+  core_opts.worker_id = opts.worker_id;
+  core_opts.slots = static_cast<int>(opts.slots);
+  core_opts.backends.clear();
+  for (absl::string_view b : absl::StrSplit(opts.backends, ',', absl::SkipEmpty())) {
+    core_opts.backends.push_back(b == "opencl" ? v1::BACKEND_OPENCL : b == "cuda" ? v1::BACKEND_CUDA : v1::BACKEND_REPLAY);
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  worker::WorkerCore core(core_opts, evaluator, *registry, log);
+  core.ProbeBackends();
+  worker::WorkerAdminServiceImpl service(core);
+  auto server = StartGrpcServer(opts.server.listen, {&service});
+  if (!server.ok()) {
+    log->error("{}", server.status().message());
+    return 1;
+  }
+  auto metrics = StartMetrics(opts.server.metrics_listen, registry);
+  if (!metrics.ok()) {
+    log->error("{}", metrics.status().message());
+    return 1;
+  }
+  log->info("serving worker_id={} grpc_port={} metrics_port={}", opts.worker_id, server->port, metrics->port);
+  // One machine-readable line for scripts and tests that start us on port 0.
+  std::cout << "listening grpc=" << server->port << " metrics=" << metrics->port << std::endl;
+  const int sig = WaitForTerminationSignal();
+  log->info("signal={} shutting down", sig);
+  core.Drain();
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
   return 0;
 }

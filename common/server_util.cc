@@ -1,0 +1,59 @@
+#include "common/server_util.h"
+
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace kforge {
+
+absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
+                                              const std::vector<grpc::Service*>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  StartedServer out;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &out.port);
+  for (auto* s : services) builder.RegisterService(s);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || out.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, " (address in use or invalid?)"));
+  }
+  return out;
+}
+
+absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
+                                             std::shared_ptr<prometheus::Registry> registry) {
+  MetricsEndpoint out;
+  try {
+    out.exposer = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+  }
+  out.exposer->RegisterCollectable(registry);
+  auto ports = out.exposer->GetListeningPorts();
+  out.port = ports.empty() ? 0 : ports.front();
+  return out;
+}
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+}  // namespace kforge

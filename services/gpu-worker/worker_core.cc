@@ -1,0 +1,108 @@
+#include "services/gpu-worker/worker_core.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace kforge::worker {
+
+namespace {
+const prometheus::Histogram::BucketBoundaries kSecondsBuckets = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5,
+                                                                 1,     2.5,   5,    10,   30,  60,   120};
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
+    : evaluations_(prometheus::BuildCounter()
+                       .Name("kforge_worker_evaluations_total")
+                       .Help("Candidate evaluations finished, by backend and outcome")
+                       .Register(registry)),
+      stage_seconds_(prometheus::BuildHistogram()
+                         .Name("kforge_worker_stage_duration_seconds")
+                         .Help("Duration of each pipeline stage")
+                         .Register(registry)),
+      evaluation_seconds_(prometheus::BuildHistogram()
+                              .Name("kforge_worker_evaluation_duration_seconds")
+                              .Help("Wall time of a whole evaluation")
+                              .Register(registry)),
+      busy_(&prometheus::BuildGauge()
+                 .Name("kforge_worker_busy_slots")
+                 .Help("Evaluations in progress")
+                 .Register(registry)
+                 .Add({})) {}
+
+void WorkerMetrics::Record(const v1::EvaluationResult& r, v1::Backend backend) {
+  const std::string b(BackendName(backend));
+  evaluations_.Add({{"backend", b}, {"outcome", std::string(OutcomeName(r.outcome()))}}).Increment();
+  for (const auto& s : r.stages()) {
+    stage_seconds_.Add({{"backend", b}, {"stage", std::string(StageName(s.stage()))}}, kSecondsBuckets)
+        .Observe(s.duration_seconds());
+  }
+  evaluation_seconds_.Add({{"backend", b}}, kSecondsBuckets).Observe(r.total_seconds());
+}
+
+WorkerCore::WorkerCore(WorkerCoreOptions options, Evaluator& evaluator, prometheus::Registry& registry,
+                       Logger log)
+    : options_(std::move(options)), evaluator_(evaluator), metrics_(registry), log_(std::move(log)) {}
+
+void WorkerCore::ProbeBackends() {
+  std::vector<v1::DeviceInfo> devices;
+  std::vector<std::string> unavailable;
+  for (v1::Backend b : options_.backends) {
+    v1::HelloResponse h = evaluator_.Probe(b);
+    if (h.available()) {
+      devices.push_back(h.device());
+      log_->info("backend={} device=\"{}\" available", std::string(BackendName(b)), h.device().name());
+    } else {
+      unavailable.push_back(absl::StrCat(BackendName(b), ": ", h.unavailable_reason()));
+      log_->warn("backend={} unavailable: {}", std::string(BackendName(b)), h.unavailable_reason());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  devices_ = std::move(devices);
+  unavailable_ = std::move(unavailable);
+}
+
+v1::WorkerInfo WorkerCore::Info() {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::WorkerInfo info;
+  info.set_worker_id(options_.worker_id);
+  info.set_version("0.1.0");
+  for (const auto& d : devices_) *info.add_devices() = d;
+  for (const auto& u : unavailable_) info.add_unavailable_backends(u);
+  info.set_slots(options_.slots);
+  info.set_busy(busy_);
+  info.set_draining(draining_);
+  info.set_evaluations_total(evaluations_);
+  return info;
+}
+
+absl::StatusOr<v1::EvaluationResult> WorkerCore::Evaluate(const v1::EvaluationRequest& request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError("worker is draining");
+    if (busy_ >= options_.slots) return absl::ResourceExhaustedError("every slot is busy");
+    bool served = false;
+    for (v1::Backend b : options_.backends) served = served || b == request.problem().backend();
+    if (!served) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this worker does not serve backend ", BackendName(request.problem().backend())));
+    }
+    ++busy_;
+    metrics_.busy_slots().Set(busy_);
+  }
+  v1::EvaluationResult r = evaluator_.Evaluate(request);
+  metrics_.Record(r, request.problem().backend());
+  std::lock_guard<std::mutex> lock(mu_);
+  --busy_;
+  ++evaluations_;
+  metrics_.busy_slots().Set(busy_);
+  return r;
+}
+
+int WorkerCore::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+  log_->info("draining in_flight={}", busy_);
+  return busy_;
+}
+
+}  // namespace kforge::worker

@@ -1,0 +1,28 @@
+#pragma once
+
+// gRPC WorkerAdminService: thin handlers over WorkerCore.
+
+#include "kforge/v1/worker.grpc.pb.h"
+#include "services/gpu-worker/worker_core.h"
+
+namespace kforge::worker {
+
+class WorkerAdminServiceImpl final : public v1::WorkerAdminService::CallbackService {
+ public:
+  explicit WorkerAdminServiceImpl(WorkerCore& core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest* req,
+                                    v1::WorkerInfo* resp) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
+                                  v1::DrainResponse* resp) override;
+  grpc::ServerUnaryReactor* Evaluate(grpc::CallbackServerContext* ctx, const v1::EvaluationRequest* req,
+                                     v1::EvaluationResult* resp) override;
+
+ private:
+  WorkerCore& core_;
+};
+
+// absl -> gRPC status.
+grpc::Status ToGrpc(const absl::Status& st);
+
+}  // namespace kforge::worker
