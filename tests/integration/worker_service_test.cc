@@ -1,0 +1,154 @@
+// The worker's gRPC admin service end to end: a real server on a free port, a real client with
+// deadlines, real evaluations (replay and OpenCL), and the metrics they leave behind.
+
+#include <chrono>
+#include <fstream>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "common/launch.h"
+#include "common/param_space.h"
+#include "common/server_util.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kforge/v1/worker.grpc.pb.h"
+#include "prometheus/text_serializer.h"
+#include "services/gpu-worker/worker_service.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::worker {
+namespace {
+
+constexpr char kCache[] = R"({
+  "device_name": "Test GPU", "kernel_name": "k", "problem_size": [1],
+  "tune_params_keys": ["BX", "U"],
+  "tune_params": {"BX": [32, 64, 128], "U": [1, 2]},
+  "objective": "time",
+  "cache": {
+    "32,1": {"BX": 32, "U": 1, "time": 4.0},
+    "32,2": {"BX": 32, "U": 2, "time": 3.0},
+    "64,1": {"BX": 64, "U": 1, "time": 2.0},
+    "64,2": {"BX": 64, "U": 2, "time": "CompilationFailedConfig"},
+    "128,1": {"BX": 128, "U": 1, "time": "RuntimeFailedConfig"}
+  }
+})";
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("replay/problem.yaml", "name: tiny-replay\nbackend: replay\nreplay: {cache: cache.json}\n");
+    dir_.Write("replay/cache.json", kCache);
+    auto p = LoadProblem(dir_.path() + "/replay");
+    ASSERT_TRUE(p.ok()) << p.status();
+    problem_ = *p;
+    EvaluatorOptions eo;
+    eo.sandbox.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+    eo.min_samples = 3;
+    eo.min_bench_seconds = 0.001;
+    evaluator_ = std::make_unique<Evaluator>(eo, clock_, MakeLogger("worker-test", spdlog::level::warn));
+    core_ = std::make_unique<WorkerCore>(WorkerCoreOptions{.worker_id = "w1", .slots = 2}, *evaluator_,
+                                         *registry_, MakeLogger("worker-test", spdlog::level::warn));
+    core_->ProbeBackends();
+    service_ = std::make_unique<WorkerAdminServiceImpl>(*core_);
+    auto server = StartGrpcServer("127.0.0.1:0", {service_.get()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server->server);
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port), grpc::InsecureChannelCredentials());
+    stub_ = v1::WorkerAdminService::NewStub(channel);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  v1::EvaluationRequest Replay(int64_t bx, int64_t u) {
+    v1::EvaluationRequest req;
+    *req.mutable_problem() = problem_;
+    auto* c = req.mutable_candidate();
+    c->set_id("c");
+    (*c->mutable_params())["BX"] = bx;
+    (*c->mutable_params())["U"] = u;
+    return req;
+  }
+
+  grpc::Status Call(const v1::EvaluationRequest& req, v1::EvaluationResult* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return stub_->Evaluate(&ctx, req, out);
+  }
+
+  testing::TempDir dir_;
+  v1::Problem problem_;
+  RealClock clock_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<Evaluator> evaluator_;
+  std::unique_ptr<WorkerCore> core_;
+  std::unique_ptr<WorkerAdminServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::WorkerAdminService::Stub> stub_;
+};
+
+TEST_F(WorkerServiceTest, ReplayOutcomesFollowTheRecording) {
+  v1::EvaluationResult r;
+  ASSERT_TRUE(Call(Replay(64, 1), &r).ok());
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_OK);
+  // Default assignment (BX=32, U=1) is the reference: 4 ms / 2 ms.
+  EXPECT_DOUBLE_EQ(r.speedup(), 2.0);
+  EXPECT_EQ(r.worker_id(), "local");
+  ASSERT_TRUE(Call(Replay(64, 2), &r).ok());
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_COMPILE_ERROR);
+  ASSERT_TRUE(Call(Replay(128, 1), &r).ok());
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_LAUNCH_ERROR);
+  ASSERT_TRUE(Call(Replay(128, 2), &r).ok());  // absent from the recording
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_REJECTED);
+  ASSERT_TRUE(Call(Replay(16, 1), &r).ok());  // not a declared value
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_REJECTED);
+}
+
+TEST_F(WorkerServiceTest, InfoDrainAndMetrics) {
+  v1::EvaluationResult r;
+  ASSERT_TRUE(Call(Replay(64, 1), &r).ok());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::WorkerInfo info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.worker_id(), "w1");
+  EXPECT_EQ(info.slots(), 2);
+  EXPECT_EQ(info.evaluations_total(), 1);
+  bool has_replay = false;
+  for (const auto& d : info.devices()) has_replay = has_replay || d.backend() == v1::BACKEND_REPLAY;
+  EXPECT_TRUE(has_replay);
+  // No NVIDIA driver here: CUDA must be reported as unavailable with a reason, not crash.
+  bool cuda_listed = false;
+  for (const auto& d : info.devices()) cuda_listed = cuda_listed || d.backend() == v1::BACKEND_CUDA;
+  for (const auto& u : info.unavailable_backends()) cuda_listed = cuda_listed || u.rfind("cuda: ", 0) == 0;
+  EXPECT_TRUE(cuda_listed);
+
+  const std::string text = prometheus::TextSerializer().Serialize(registry_->Collect());
+  EXPECT_NE(text.find("kforge_worker_evaluations_total{backend=\"replay\",outcome=\"ok\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("kforge_worker_stage_duration_seconds_bucket"), std::string::npos);
+
+  grpc::ClientContext dctx;
+  dctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::DrainResponse dr;
+  ASSERT_TRUE(stub_->Drain(&dctx, v1::DrainRequest(), &dr).ok());
+  grpc::Status st = Call(Replay(64, 1), &r);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(WorkerServiceTest, OpenClExampleOverGrpc) {
+  if (evaluator_->Probe(v1::BACKEND_OPENCL).available() == false) GTEST_SKIP() << "no OpenCL device";
+  auto p = LoadProblem(testing::SourceDir() + "/examples/opencl/transpose");
+  ASSERT_TRUE(p.ok()) << p.status();
+  v1::EvaluationRequest req;
+  *req.mutable_problem() = *p;
+  auto space = ParamSpace::Create(*p);
+  *req.mutable_candidate() = MakeSeedCandidate(*p, *space->DefaultAssignment());
+  v1::EvaluationResult r;
+  ASSERT_TRUE(Call(req, &r).ok());
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_GT(r.speedup(), 0);
+}
+
+}  // namespace
+}  // namespace kforge::worker
