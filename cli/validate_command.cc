@@ -46,6 +46,15 @@ absl::Status AppendLaunches(std::string& out, absl::string_view title, const v1:
                                                        "' for size set '", set.name(), "': ",
                                                        r.status().message()));
       }
+      if (p.backend() == v1::BACKEND_OPENCL && !r->local.empty()) {
+        for (size_t d = 0; d < r->global.size() && d < r->local.size(); ++d) {
+          if (r->local[d] <= 0 || r->global[d] % r->local[d] != 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                spec.source_file(), ": launch '", l.kernel(), "' for size set '", set.name(), "': global size ",
+                r->global[d], " is not a multiple of local size ", r->local[d], " in dimension ", d));
+          }
+        }
+      }
       std::vector<std::string> args;
       for (const auto& a : r->args) {
         args.push_back(a.kind == LaunchArg::Kind::kInt ? absl::StrCat(a.name, "=", a.value) : a.name);

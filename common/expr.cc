@@ -43,6 +43,9 @@ class Parser {
   explicit Parser(absl::string_view text) : text_(text) {}
 
   absl::StatusOr<NodePtr> ParseAll() {
+    if (text_.size() > kMaxLength) {
+      return absl::InvalidArgumentError(absl::StrCat("expression longer than ", kMaxLength, " characters"));
+    }
     SkipSpace();
     if (pos_ >= text_.size()) return Error("empty expression");
     KF_ASSIGN_OR_RETURN(NodePtr root, ParseOr());
@@ -94,10 +97,13 @@ class Parser {
   }
 
   absl::StatusOr<NodePtr> ParseOr() { return Binary(&Parser::ParseAnd, {{"||", Op::kOr}}); }
-  absl::StatusOr<NodePtr> ParseAnd() { return Binary(&Parser::ParseCmp, {{"&&", Op::kAnd}}); }
-  absl::StatusOr<NodePtr> ParseCmp() {
-    return Binary(&Parser::ParseAdd, {{"==", Op::kEq}, {"!=", Op::kNe}, {"<=", Op::kLe},
-                                      {">=", Op::kGe}, {"<", Op::kLt}, {">", Op::kGt}});
+  absl::StatusOr<NodePtr> ParseAnd() { return Binary(&Parser::ParseEq, {{"&&", Op::kAnd}}); }
+  // C precedence: relational operators bind tighter than equality.
+  absl::StatusOr<NodePtr> ParseEq() {
+    return Binary(&Parser::ParseRel, {{"==", Op::kEq}, {"!=", Op::kNe}});
+  }
+  absl::StatusOr<NodePtr> ParseRel() {
+    return Binary(&Parser::ParseAdd, {{"<=", Op::kLe}, {">=", Op::kGe}, {"<", Op::kLt}, {">", Op::kGt}});
   }
   absl::StatusOr<NodePtr> ParseAdd() {
     return Binary(&Parser::ParseMul, {{"+", Op::kAdd}, {"-", Op::kSub}});
@@ -204,6 +210,8 @@ class Parser {
   }
 
   static constexpr int kMaxDepth = 200;
+  // Bounds the tree depth of long flat chains (1+1+...), which recursion would otherwise overflow.
+  static constexpr size_t kMaxLength = 4096;
   absl::string_view text_;
   size_t pos_ = 0;
   int depth_ = 0;

@@ -332,6 +332,15 @@ class Loader {
     for (const auto& [name, v] : entries) {
       KF_RETURN_IF_ERROR(Declare(v, name, NameKind::kBuffer));
       if (!v.is_map()) return v.Error("expected {dtype: ..., shape: [...], role: ...}");
+      // In flow style a bare comma cuts "uniform(-1, 1)" into a value and a stray key: say so
+      // before the stray key is reported as unknown.
+      if (const YamlNode fill = v.Child("fill"); fill.is_scalar()) {
+        const std::string f = fill.AsString().value_or("");
+        if (f.find('(') != std::string::npos && f.find(')') == std::string::npos) {
+          return fill.Error(absl::StrCat("fill '", f, "' is cut short: in YAML flow style {...} quote it, e.g. "
+                                         "fill: \"uniform(-1, 1)\""));
+        }
+      }
       KF_RETURN_IF_ERROR(v.CheckKeys({"dtype", "shape", "role", "fill"}));
       v1::Buffer* b = p_.add_buffers();
       b->set_name(name);

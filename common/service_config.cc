@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
@@ -58,7 +59,7 @@ absl::Status ConfigSchema::LoadLevel(const YamlNode& node, const std::string& pr
       if (!v.is_map()) return v.Error("expected a map");
       KF_RETURN_IF_ERROR(LoadLevel(v, key));
     } else {
-      return v.Error(absl::StrCat("unknown config key '", key, "'"));
+      return v.KeyError(absl::StrCat("unknown config key '", key, "'"));
     }
   }
   return absl::OkStatus();
@@ -103,9 +104,23 @@ absl::Status ConfigSchema::Validate() const {
 }
 
 std::string ConfigSchema::ValueString(const Target& t) {
-  if (auto* s = std::get_if<std::string*>(&t)) return absl::StrCat("\"", absl::CEscape(**s), "\"");
+  if (auto* s = std::get_if<std::string*>(&t)) {
+    // YAML double-quoted style: escape backslash, quote and control characters; UTF-8 passes.
+    std::string out = "\"";
+    for (unsigned char c : **s) {
+      if (c == '\\' || c == '"') {
+        out.push_back('\\');
+        out.push_back(static_cast<char>(c));
+      } else if (c < 0x20 || c == 0x7f) {
+        out += absl::StrFormat("\\x%02x", c);
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+    }
+    return out + "\"";
+  }
   if (auto* i = std::get_if<int64_t*>(&t)) return absl::StrCat(**i);
-  if (auto* d = std::get_if<double*>(&t)) return absl::StrCat(**d);
+  if (auto* d = std::get_if<double*>(&t)) return absl::StrFormat("%.17g", **d);
   if (auto* b = std::get_if<bool*>(&t)) return **b ? "true" : "false";
   return "";
 }

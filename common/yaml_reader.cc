@@ -39,13 +39,22 @@ absl::Status YamlNode::Error(absl::string_view what) const {
   return absl::InvalidArgumentError(absl::StrCat(Where(), ": ", what));
 }
 
+absl::Status YamlNode::KeyError(absl::string_view what) const {
+  if (key_mark_.is_null()) return Error(what);
+  return absl::InvalidArgumentError(absl::StrCat(file_, ":", key_mark_.line + 1, ":", key_mark_.column + 1, ": ",
+                                                 path_, ": ", what));
+}
+
 YamlNode YamlNode::Child(absl::string_view key) const {
   const std::string child_path = path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
   YAML::Mark here = node_.IsDefined() && !node_.Mark().is_null() ? node_.Mark() : fallback_;
   if (!node_.IsMap()) return YamlNode(YAML::Node(YAML::NodeType::Undefined), file_, child_path, here);
   // yaml-cpp's const operator[] does not insert; a missing key is an undefined node.
   const YAML::Node& const_node = node_;
-  return YamlNode(const_node[std::string(key)], file_, child_path, here);
+  const YAML::Node found = const_node[std::string(key)];
+  // A missing key yields an "invalid" node whose type queries throw (and which cannot be
+  // assigned to): use a plain undefined one instead.
+  return YamlNode(found.IsDefined() ? found : YAML::Node(YAML::NodeType::Undefined), file_, child_path, here);
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, YamlNode>>> YamlNode::Entries() const {
@@ -57,7 +66,9 @@ absl::StatusOr<std::vector<std::pair<std::string, YamlNode>>> YamlNode::Entries(
     }
     std::string key = it->first.Scalar();
     const std::string child_path = path_.empty() ? key : absl::StrCat(path_, ".", key);
-    out.emplace_back(key, YamlNode(it->second, file_, child_path, it->first.Mark()));
+    YamlNode value(it->second, file_, child_path, it->first.Mark());
+    value.key_mark_ = it->first.Mark();
+    out.emplace_back(key, std::move(value));
   }
   return out;
 }

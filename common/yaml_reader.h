@@ -31,6 +31,8 @@ class YamlNode {
 
   // An InvalidArgument error located at this node.
   absl::Status Error(absl::string_view what) const;
+  // The same, located at the map key this node is the value of (when it came from Entries()).
+  absl::Status KeyError(absl::string_view what) const;
   // "file:line:col: path" without a message.
   std::string Where() const;
 
@@ -54,6 +56,7 @@ class YamlNode {
   std::string file_;
   std::string path_;
   YAML::Mark fallback_;
+  YAML::Mark key_mark_;  // set by Entries()
 };
 
 // Parses a YAML file; syntax errors carry the file, line and column.

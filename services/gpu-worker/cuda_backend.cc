@@ -259,9 +259,7 @@ class CudaBackend final : public DeviceBackend {
   v1::CompileResponse Compile(const v1::CompileRequest& req) override {
     v1::CompileResponse resp;
     std::map<std::string, int64_t> defs(req.defines().begin(), req.defines().end());
-    std::string key = Sha256Hex(absl::StrCat(req.source(), "\n", arch_, "\n", nvrtc_->Version()));
-    for (const auto& [k, v] : defs) absl::StrAppend(&key, ",", k, "=", v);
-    for (const auto& k : req.kernels()) absl::StrAppend(&key, ";", k);
+    const std::string key = CompileCacheKey(req, absl::StrCat(arch_, "|", nvrtc_->Version()));
     if (auto it = cache_.find(key); it != cache_.end()) {
       resp = programs_[it->second].response;
       resp.set_cache_hit(true);

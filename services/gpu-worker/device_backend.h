@@ -20,6 +20,10 @@ struct BoundCall {
   std::vector<DeviceBuf> buffers;  // parallel to call->args()
 };
 
+// The compile cache key: hash(source, defines, entry points, device + compiler version). Both
+// backends key their in-process program caches with it.
+std::string CompileCacheKey(const v1::CompileRequest& request, const std::string& compiler_id);
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;

@@ -120,8 +120,7 @@ class OpenClBackend final : public DeviceBackend {
     std::string options = "-cl-std=CL1.2";
     std::map<std::string, int64_t> defs(req.defines().begin(), req.defines().end());
     for (const auto& [k, v] : defs) absl::StrAppend(&options, " -D ", k, "=", v);
-    std::string key = Sha256Hex(absl::StrCat(req.source(), "\n", options, "\n", compiler_id_));
-    for (const auto& k : req.kernels()) absl::StrAppend(&key, ",", k);
+    const std::string key = CompileCacheKey(req, compiler_id_);
     if (auto it = cache_.find(key); it != cache_.end()) {
       resp = programs_[it->second].response;
       resp.set_cache_hit(true);

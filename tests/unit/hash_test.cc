@@ -1,1 +1,304 @@
+#include "common/hash.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kforge/v1/candidate.pb.h"
+#include "kforge/v1/problem.pb.h"
+
+namespace kforge {
+namespace {
+
+TEST(Sha256HexTest, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(Sha256HexTest, BinaryDataAndFormat) {
+  const std::string with_nul("a\0b", 3);
+  const std::string h = Sha256Hex(with_nul);
+  EXPECT_EQ(h.size(), 64u);
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(h, Sha256Hex("a"));  // the NUL and what follows count
+  EXPECT_NE(h, Sha256Hex("ab"));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(NormaliseSourceTest, FoldsWhiteSpace) {
+  EXPECT_EQ(NormaliseSource("int  a =\n\t1;\r\n  int b;\n"), "int a = 1; int b;");
+  EXPECT_EQ(NormaliseSource("   leading"), "leading");
+  EXPECT_EQ(NormaliseSource("trailing   \n\n"), "trailing");
+  EXPECT_EQ(NormaliseSource(""), "");
+  EXPECT_EQ(NormaliseSource(" \n\t "), "");
+}
+
+TEST(NormaliseSourceTest, RemovesComments) {
+  EXPECT_EQ(NormaliseSource("int a; // the a\nint b; // the b"), "int a; int b;");
+  EXPECT_EQ(NormaliseSource("int /* inline */ a;"), "int a;");
+  // A block comment separates tokens like white space does.
+  EXPECT_EQ(NormaliseSource("int/**/a;"), "int a;");
+  EXPECT_EQ(NormaliseSource("/* header\n * spanning lines\n */\nkernel void f() {}"),
+            "kernel void f() {}");
+  EXPECT_EQ(NormaliseSource("x = 1; /* unterminated"), "x = 1;");
+  EXPECT_EQ(NormaliseSource("a = b / c; // divide"), "a = b / c;");
+}
+
+TEST(NormaliseSourceTest, KeepsStringAndCharLiteralsVerbatim) {
+  EXPECT_EQ(NormaliseSource("printf(\"a  //  b\");   // real comment"), "printf(\"a  //  b\");");
+  EXPECT_EQ(NormaliseSource("s = \"/* not a comment */\";"), "s = \"/* not a comment */\";");
+  EXPECT_EQ(NormaliseSource("s = \"tab\tand  spaces\";"), "s = \"tab\tand  spaces\";");
+  EXPECT_EQ(NormaliseSource("s = \"esc \\\" //still\";  x"), "s = \"esc \\\" //still\"; x");
+  EXPECT_EQ(NormaliseSource("c = '/'; d = '\\''; // c"), "c = '/'; d = '\\'';");
+  EXPECT_EQ(NormaliseSource("c = ' ';"), "c = ' ';");
+  // A change inside a literal is a change.
+  EXPECT_NE(NormaliseSource("s = \"a b\";"), NormaliseSource("s = \"a  b\";"));
+}
+
+TEST(NormaliseSourceTest, PreprocessorLinesKeepLineBreaks) {
+  EXPECT_EQ(NormaliseSource("#define A 1\n#define B 2\nkernel void f() {}"),
+            "#define A 1\n#define B 2\nkernel void f() {}");
+  EXPECT_EQ(NormaliseSource("int a;\n  #ifdef X\nint b;\n#endif\nint c;"),
+            "int a;\n#ifdef X\nint b;\n#endif\nint c;");
+  EXPECT_EQ(NormaliseSource("#define   TILE    16   // tile\n\n\nint x;"),
+            "#define TILE 16\nint x;");
+  // A continued directive stays one line.
+  EXPECT_EQ(NormaliseSource("#define M(a) \\\n  ((a) * 2)\nint x;"), "#define M(a) ((a) * 2)\nint x;");
+  // '#' inside a line is not a directive.
+  EXPECT_EQ(NormaliseSource("a = 1; b = \"#x\";\nc = 2;"), "a = 1; b = \"#x\"; c = 2;");
+}
+
+TEST(NormaliseSourceTest, FormattingOnlyDifferencesNormaliseTheSame) {
+  const std::string a =
+      "// Matrix multiply\n"
+      "#define TILE 16\n"
+      "kernel void f(global float* x, int n) {\n"
+      "  int i = get_global_id(0);  /* index */\n"
+      "  if (i < n) x[i] = 2.0f * x[i];\n"
+      "}\n";
+  const std::string b =
+      "#define TILE 16   \n"
+      "kernel void f(global float* x,\n"
+      "              int n)\n"
+      "{\n"
+      "\tint i = get_global_id(0);\n"
+      "\n"
+      "\tif (i < n)   x[i] = 2.0f * x[i];   // scale\n"
+      "}";
+  EXPECT_EQ(NormaliseSource(a), NormaliseSource(b));
+  EXPECT_NE(NormaliseSource(a), NormaliseSource(a + "int y;"));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+v1::Candidate SampleCandidate() {
+  v1::Candidate c;
+  c.set_id("cand-1");
+  c.set_job_id("job-1");
+  c.set_source("kernel void k(global float* x) {\n  x[0] = 1.0f; // one\n}\n");
+  v1::Launch* l = c.mutable_plan()->add_launches();
+  l->set_kernel("k");
+  l->add_global("N");
+  l->add_local("TILE");
+  l->add_args("x");
+  v1::ScratchBuffer* s = c.mutable_plan()->add_scratch();
+  s->set_name("tmp");
+  s->set_dtype(v1::DTYPE_F32);
+  s->add_shape("N");
+  (*c.mutable_params())["TILE"] = 16;
+  (*c.mutable_params())["WPT"] = 4;
+  (*c.mutable_params())["PAD"] = 1;
+  c.add_parent_ids("p-1");
+  c.set_mutator(v1::MUTATOR_KIND_LLM);
+  c.set_island(2);
+  c.set_generation(7);
+  c.mutable_created_at()->set_seconds(1700000000);
+  c.set_note("tiled");
+  return c;
+}
+
+TEST(HashCandidateTest, IsHexSha256AndStable) {
+  const std::string h = HashCandidate(SampleCandidate());
+  EXPECT_EQ(h.size(), 64u);
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(h, HashCandidate(SampleCandidate()));
+}
+
+TEST(HashCandidateTest, SameForFormattingOnlyDifferences) {
+  v1::Candidate a = SampleCandidate();
+  v1::Candidate b = SampleCandidate();
+  b.set_source("// a comment\nkernel void k(global float* x)\n{\n\tx[0] = 1.0f;\n}");
+  EXPECT_EQ(HashCandidate(a), HashCandidate(b));
+}
+
+TEST(HashCandidateTest, IndependentOfIdsLineageAndTimestamps) {
+  const std::string base = HashCandidate(SampleCandidate());
+  v1::Candidate c = SampleCandidate();
+  c.set_id("another-id");
+  c.set_job_id("another-job");
+  c.clear_parent_ids();
+  c.add_parent_ids("x");
+  c.add_parent_ids("y");
+  c.set_island(5);
+  c.set_generation(100);
+  c.mutable_created_at()->set_seconds(1);
+  c.set_note("different note");
+  c.set_content_hash("stale");
+  c.set_mutator(v1::MUTATOR_KIND_PARAMETRIC);
+  EXPECT_EQ(HashCandidate(c), base);
+}
+
+TEST(HashCandidateTest, IndependentOfParamInsertionOrder) {
+  v1::Candidate a = SampleCandidate();
+  v1::Candidate b = SampleCandidate();
+  b.clear_params();
+  (*b.mutable_params())["PAD"] = 1;
+  (*b.mutable_params())["WPT"] = 4;
+  (*b.mutable_params())["TILE"] = 16;
+  EXPECT_EQ(HashCandidate(a), HashCandidate(b));
+}
+
+TEST(HashCandidateTest, SensitiveToParamsPlanAndSource) {
+  const std::string base = HashCandidate(SampleCandidate());
+
+  v1::Candidate c = SampleCandidate();
+  (*c.mutable_params())["TILE"] = 32;
+  EXPECT_NE(HashCandidate(c), base) << "param value";
+
+  c = SampleCandidate();
+  (*c.mutable_params())["EXTRA"] = 0;
+  EXPECT_NE(HashCandidate(c), base) << "added param";
+
+  c = SampleCandidate();
+  c.mutable_params()->erase("PAD");
+  EXPECT_NE(HashCandidate(c), base) << "removed param";
+
+  c = SampleCandidate();
+  c.mutable_plan()->mutable_launches(0)->set_local(0, "TILE / 2");
+  EXPECT_NE(HashCandidate(c), base) << "launch dimension";
+
+  c = SampleCandidate();
+  c.mutable_plan()->mutable_launches(0)->add_args("N");
+  EXPECT_NE(HashCandidate(c), base) << "launch argument";
+
+  c = SampleCandidate();
+  c.mutable_plan()->mutable_scratch(0)->set_dtype(v1::DTYPE_F64);
+  EXPECT_NE(HashCandidate(c), base) << "scratch dtype";
+
+  c = SampleCandidate();
+  c.set_source("kernel void k(global float* x) { x[0] = 2.0f; }");
+  EXPECT_NE(HashCandidate(c), base) << "source";
+
+  c = SampleCandidate();
+  c.set_source("kernel void k(global float* x) { x[0] = 1.0f; /* */ x[1] = 0.0f; }");
+  EXPECT_NE(HashCandidate(c), base) << "source statement";
+
+  // The same bytes moved between source and params must not collide.
+  v1::Candidate p = SampleCandidate();
+  p.clear_params();
+  v1::Candidate q = SampleCandidate();
+  q.clear_params();
+  (*q.mutable_params())["A"] = 1;
+  p.set_source(q.source() + " A=1");
+  EXPECT_NE(HashCandidate(p), HashCandidate(q));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+v1::Problem SampleProblem() {
+  v1::Problem p;
+  p.set_name("matmul");
+  p.set_backend(v1::BACKEND_OPENCL);
+  p.set_description("C = A * B");
+  v1::SizeSet* s = p.add_size_sets();
+  s->set_name("default");
+  s->set_bench(true);
+  (*s->mutable_sizes())["M"] = 256;
+  (*s->mutable_sizes())["N"] = 128;
+  (*s->mutable_sizes())["K"] = 64;
+  v1::Buffer* b = p.add_buffers();
+  b->set_name("A");
+  b->set_dtype(v1::DTYPE_F32);
+  b->add_shape("M");
+  b->add_shape("K");
+  b->set_role(v1::BUFFER_ROLE_IN);
+  p.mutable_seed()->set_source("kernel void matmul() {}");
+  v1::Param* prm = p.mutable_seed()->add_params();
+  prm->set_name("TILE");
+  prm->add_values(8);
+  prm->add_values(16);
+  p.mutable_check()->set_atol(1e-3);
+  return p;
+}
+
+TEST(HashProblemTest, StableAndHex) {
+  const std::string h = HashProblem(SampleProblem());
+  EXPECT_EQ(h.size(), 64u);
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(h, HashProblem(SampleProblem()));
+}
+
+TEST(HashProblemTest, IndependentOfMapInsertionOrder) {
+  v1::Problem a = SampleProblem();
+  v1::Problem b = SampleProblem();
+  auto* sizes = b.mutable_size_sets(0)->mutable_sizes();
+  sizes->clear();
+  (*sizes)["K"] = 64;
+  (*sizes)["N"] = 128;
+  (*sizes)["M"] = 256;
+  EXPECT_EQ(HashProblem(a), HashProblem(b));
+}
+
+TEST(HashProblemTest, IgnoresContentHashAndLocalCachePath) {
+  const std::string base = HashProblem(SampleProblem());
+  v1::Problem p = SampleProblem();
+  p.set_content_hash(base);
+  EXPECT_EQ(HashProblem(p), base);
+
+  v1::Problem r = SampleProblem();
+  r.mutable_replay()->set_cache_file("cache.json");
+  r.mutable_replay()->set_cache_path("/home/a/cache.json");
+  v1::Problem r2 = r;
+  r2.mutable_replay()->set_cache_path("/srv/other/cache.json");
+  EXPECT_EQ(HashProblem(r), HashProblem(r2));
+  // The relative name is part of the problem.
+  r2.mutable_replay()->set_cache_file("other.json");
+  EXPECT_NE(HashProblem(r), HashProblem(r2));
+}
+
+TEST(HashProblemTest, Sensitive) {
+  const std::string base = HashProblem(SampleProblem());
+  v1::Problem p = SampleProblem();
+  (*p.mutable_size_sets(0)->mutable_sizes())["M"] = 257;
+  EXPECT_NE(HashProblem(p), base) << "size";
+
+  p = SampleProblem();
+  p.set_name("matmul2");
+  EXPECT_NE(HashProblem(p), base) << "name";
+
+  p = SampleProblem();
+  p.mutable_buffers(0)->set_dtype(v1::DTYPE_F64);
+  EXPECT_NE(HashProblem(p), base) << "dtype";
+
+  p = SampleProblem();
+  p.mutable_seed()->set_source("kernel void matmul() { }");
+  EXPECT_NE(HashProblem(p), base) << "seed source";
+
+  p = SampleProblem();
+  p.mutable_seed()->mutable_params(0)->add_values(32);
+  EXPECT_NE(HashProblem(p), base) << "param values";
+
+  p = SampleProblem();
+  p.mutable_check()->set_atol(1e-4);
+  EXPECT_NE(HashProblem(p), base) << "tolerance";
+
+  p = SampleProblem();
+  p.set_description("C = A x B");
+  EXPECT_NE(HashProblem(p), base) << "description";
+}
+
+}  // namespace
+}  // namespace kforge
