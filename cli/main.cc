@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/eval_command.h"
+#include "cli/run_command.h"
 #include "cli/validate_command.h"
 #include "common/problem_loader.h"
 
@@ -46,6 +47,23 @@ int main(int argc, char** argv) {
   eval->add_flag("--json", eval_args.json, "print the EvaluationResult as JSON");
   eval->add_option("--timeout", eval_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
 
+  kforge::cli::RunArgs run_args;
+  auto* run = app.add_subcommand("run", "optimise a problem embedded: coordinator, workers and mutator in this process");
+  run->add_option("PROBLEM_DIR", run_args.problem_dir, "problem folder")->required();
+  run->add_option("--budget", run_args.budget, "evaluations, the seed included (0 = no limit)");
+  run->add_option("--time", run_args.time_seconds, "wall-clock budget in seconds");
+  run->add_option("--seed", run_args.seed, "random seed: the same seed gives the same search");
+  run->add_option("--workers", run_args.workers, "evaluations in parallel (one sandbox each)");
+  run->add_option("--out", run_args.out_dir, "folder for the best kernel and the reports");
+  run->add_flag("--resume", run_args.resume, "continue the latest unfinished job of this problem");
+  run->add_option("--job", run_args.job_id, "with --resume: the job to continue");
+  run->add_option("--db", run_args.db, "SQLite database file");
+  run->add_option("--target", run_args.target, "stop once this speedup is reached");
+  run->add_option("--patience", run_args.patience, "stop after N evaluations without improvement");
+  run->add_option("--islands", run_args.islands, "islands of the evolution");
+  run->add_option("--timeout", run_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
+  run->add_flag("--quiet", run_args.quiet, "print only the final summary");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -54,5 +72,6 @@ int main(int argc, char** argv) {
   }
   if (*validate) return Validate(validate_dir);
   if (*eval) return kforge::cli::RunEval(eval_args);
+  if (*run) return kforge::cli::RunJob(run_args);
   return 2;
 }

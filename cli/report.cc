@@ -1,0 +1,182 @@
+#include "cli/report.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/dtype.h"
+#include "common/launch.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace kforge::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::Status WriteFile(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path.string()));
+  return absl::OkStatus();
+}
+
+nlohmann::json ToJson(const google::protobuf::Message& m) {
+  std::string s;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &s, o);
+  return nlohmann::json::parse(s, nullptr, false);
+}
+
+}  // namespace
+
+std::string ProgressSvg(const std::vector<double>& best, const std::string& title) {
+  const double w = 640, h = 360, l = 60, r = 20, t = 40, b = 50;
+  const double max_y = std::max(1.0, best.empty() ? 1.0 : *std::max_element(best.begin(), best.end())) * 1.1;
+  const double n = std::max<double>(1, static_cast<double>(best.size()));
+  auto x = [&](double i) { return l + (w - l - r) * (i / n); };
+  auto y = [&](double v) { return h - b - (h - t - b) * (v / max_y); };
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%.0f\" y=\"24\" font-size=\"15\">%s</text>\n",
+      w, h, l, title);
+  // Axes, ticks and the 1x line (the reference).
+  absl::StrAppendFormat(&svg, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", l, h - b,
+                        w - r, h - b);
+  absl::StrAppendFormat(&svg, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", l, t, l,
+                        h - b);
+  for (int i = 0; i <= 4; ++i) {
+    const double v = max_y * i / 4;
+    absl::StrAppendFormat(&svg, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.2fx</text>\n", l - 6, y(v) + 4, v);
+    const double e = n * i / 4;
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.0f</text>\n", x(e), h - b + 18, e);
+  }
+  absl::StrAppendFormat(&svg,
+                        "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>\n",
+                        l, y(1), w - r, y(1));
+  absl::StrAppendFormat(&svg, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">evaluations</text>\n", (l + w - r) / 2,
+                        h - 12);
+  absl::StrAppendFormat(&svg,
+                        "<text x=\"14\" y=\"%.0f\" transform=\"rotate(-90 14 %.0f)\" text-anchor=\"middle\">best "
+                        "speedup over reference</text>\n",
+                        (t + h - b) / 2, (t + h - b) / 2);
+  std::string pts;
+  for (size_t i = 0; i < best.size(); ++i) {
+    absl::StrAppendFormat(&pts, "%.1f,%.1f %.1f,%.1f ", x(static_cast<double>(i)), y(best[i]),
+                          x(static_cast<double>(i + 1)), y(best[i]));
+  }
+  absl::StrAppend(&svg, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"", pts, "\"/>\n</svg>\n");
+  return svg;
+}
+
+absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const std::vector<v1::Candidate>& cands,
+                         const std::vector<v1::EvaluationResult>& evals) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
+  const v1::Problem& p = job.spec().problem();
+  std::map<std::string, const v1::Candidate*> by_id;
+  for (const auto& c : cands) by_id[c.id()] = &c;
+
+  // Best-so-far curve in evaluation (sequence) order.
+  std::vector<double> curve;
+  double best = 0;
+  for (const auto& e : evals) {
+    if (e.outcome() == v1::OUTCOME_OK) best = std::max(best, e.speedup());
+    curve.push_back(best);
+  }
+  std::vector<const v1::EvaluationResult*> ok;
+  for (const auto& e : evals) {
+    if (e.outcome() == v1::OUTCOME_OK) ok.push_back(&e);
+  }
+  std::stable_sort(ok.begin(), ok.end(), [](auto* a, auto* b) { return a->speedup() > b->speedup(); });
+
+  nlohmann::json report;
+  report["job"] = ToJson(job);
+  report["job"].erase("spec");  // the problem sources are in the problem folder
+  report["problem"] = {{"name", p.name()}, {"backend", std::string(BackendName(p.backend()))},
+                       {"content_hash", p.content_hash()}};
+  std::map<std::string, int64_t> counts;
+  for (const auto& e : evals) ++counts[std::string(OutcomeName(e.outcome()))];
+  report["outcome_counts"] = counts;
+  report["timing"] = {{"elapsed_seconds", job.progress().elapsed_seconds()},
+                      {"evaluations", evals.size()},
+                      {"evaluations_per_minute",
+                       job.progress().elapsed_seconds() > 0 ? 60.0 * evals.size() / job.progress().elapsed_seconds() : 0}};
+  nlohmann::json top = nlohmann::json::array();
+  for (size_t i = 0; i < ok.size() && i < 10; ++i) {
+    const v1::Candidate* c = by_id.count(ok[i]->candidate_id()) ? by_id[ok[i]->candidate_id()] : nullptr;
+    nlohmann::json row = {{"candidate_id", ok[i]->candidate_id()}, {"speedup", ok[i]->speedup()}};
+    if (c != nullptr) {
+      row["params"] = ToJson(*c)["params"];
+      row["sequence"] = c->sequence();
+      row["mutator"] = v1::MutatorKind_Name(c->mutator());
+    }
+    top.push_back(row);
+  }
+  report["top"] = top;
+  report["best_so_far"] = curve;
+
+  std::string md = absl::StrCat("# kforge report: ", p.name(), "\n\n", "- job: `", job.id(), "` (",
+                                v1::JobState_Name(job.state()), ": ", job.state_reason(), ")\n",
+                                "- backend: ", BackendName(p.backend()), "\n",
+                                absl::StrFormat("- evaluations: %d in %.1f s\n", evals.size(), job.progress().elapsed_seconds()));
+  if (job.has_best()) {
+    const v1::Candidate& b = job.best();
+    const ParamAssignment params(b.params().begin(), b.params().end());
+    absl::StrAppend(&md, absl::StrFormat("- best speedup: **%.3fx** over the reference", job.progress().best_speedup()),
+                    " (candidate `", b.id(), "`, params ", params.empty() ? "none" : FormatParams(params), ")\n");
+    for (const auto& t : job.best_result().timings()) {
+      absl::StrAppend(&md, absl::StrFormat("  - size set %s: %.4g ms vs reference %.4g ms\n", t.size_set(),
+                                           t.candidate().median_seconds() * 1e3, t.reference().median_seconds() * 1e3));
+    }
+    if (!job.best_result().device().name().empty()) {
+      absl::StrAppend(&md, "- device: ", job.best_result().device().name(), "\n");
+    }
+  }
+  absl::StrAppend(&md, "\n## Outcomes\n\n| outcome | count |\n|---|---|\n");
+  for (const auto& [k, v] : counts) absl::StrAppend(&md, "| ", k, " | ", v, " |\n");
+  absl::StrAppend(&md, "\n## Top candidates\n\n| # | candidate | speedup | params |\n|---|---|---|---|\n");
+  for (size_t i = 0; i < ok.size() && i < 10; ++i) {
+    const v1::Candidate* c = by_id.count(ok[i]->candidate_id()) ? by_id[ok[i]->candidate_id()] : nullptr;
+    const ParamAssignment params = c ? ParamAssignment(c->params().begin(), c->params().end()) : ParamAssignment();
+    absl::StrAppend(&md, absl::StrFormat("| %d | `%s` | %.3fx | %s |\n", i + 1, ok[i]->candidate_id(), ok[i]->speedup(),
+                                         FormatParams(params)));
+  }
+  absl::StrAppend(&md, "\n![best speedup against evaluations](progress.svg)\n");
+
+  if (absl::Status st = WriteFile(fs::path(out_dir) / "report.json", report.dump(2) + "\n"); !st.ok()) return st;
+  if (absl::Status st = WriteFile(fs::path(out_dir) / "report.md", md); !st.ok()) return st;
+  if (absl::Status st = WriteFile(fs::path(out_dir) / "progress.svg",
+                                  ProgressSvg(curve, absl::StrCat(p.name(), ": best speedup")));
+      !st.ok()) {
+    return st;
+  }
+  if (job.has_best()) {
+    const v1::Candidate& b = job.best();
+    if (p.backend() != v1::BACKEND_REPLAY) {
+      const char* ext = p.backend() == v1::BACKEND_CUDA ? ".cu" : ".cl";
+      if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), b.source()); !st.ok()) return st;
+    }
+    nlohmann::json bj = {{"candidate_id", b.id()}, {"speedup", job.progress().best_speedup()}};
+    bj["params"] = ToJson(b)["params"];
+    v1::LaunchPlan plan = b.plan();
+    if (plan.launches().empty()) {
+      *plan.mutable_launches() = p.seed().launches();
+      *plan.mutable_scratch() = p.seed().scratch();
+    }
+    bj["launch_plan"] = ToJson(plan);
+    bj["timings"] = ToJson(job.best_result())["timings"];
+    if (absl::Status st = WriteFile(fs::path(out_dir) / "best.json", bj.dump(2) + "\n"); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kforge::cli

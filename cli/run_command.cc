@@ -1,0 +1,194 @@
+#include "cli/run_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/report.h"
+#include "common/clock.h"
+#include "common/dtype.h"
+#include "common/kt_cache.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "common/queue/memory_queue.h"
+#include "common/store/sqlite_store.h"
+#include "services/coordinator/job_runner.h"
+#include "services/gpu-worker/evaluator.h"
+#include "services/gpu-worker/queue_worker.h"
+#include "services/llm-proxy/parametric_mutator.h"
+
+namespace kforge::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+int BadInput(const std::string& msg) {
+  std::cerr << "kforge run: " << msg << "\n";
+  return 2;
+}
+
+std::string Counts(const std::map<std::string, int64_t>& counts) {
+  std::string out;
+  for (const auto& [k, v] : counts) absl::StrAppend(&out, out.empty() ? "" : " ", k, " ", v);
+  return out;
+}
+
+}  // namespace
+
+int RunJob(const RunArgs& args) {
+  auto problem = LoadProblem(args.problem_dir);
+  if (!problem.ok()) return BadInput(std::string(problem.status().message()));
+  if (args.budget <= 0 && args.time_seconds <= 0 && args.target <= 0 && args.patience <= 0) {
+    return BadInput("give a budget: --budget N, --time S, --target X or --patience N");
+  }
+  if (args.workers < 1 || args.workers > 64) return BadInput("--workers must be between 1 and 64");
+  auto store = SqliteStore::Open(args.db);
+  if (!store.ok()) return BadInput(std::string(store.status().message()));
+
+  auto log = MakeLogger("kforge", spdlog::level::warn);
+  RealClock clock;
+  MemoryWorkQueue queue(clock, /*lease_seconds=*/args.timeout_seconds * 20 + 600);
+
+  // Replay problems know which configurations exist: the mutator proposes only those.
+  ValidityFn validity;
+  if (problem->backend() == v1::BACKEND_REPLAY) {
+    auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
+    if (!cache.ok()) return BadInput(std::string(cache.status().message()));
+    auto shared = std::make_shared<KtCache>(*std::move(cache));
+    validity = [shared](const ParamAssignment& a) {
+      auto e = shared->Find(a);
+      return e.has_value() && e->failure != "InvalidConfig";
+    };
+  }
+  llm::ParametricMutator mutator({}, validity);
+  coordinator::JobRunner runner(**store, queue, mutator, clock, log, {.slots = args.workers});
+
+  std::string job_id = args.job_id;
+  if (args.resume && job_id.empty()) {
+    auto jobs = (*store)->ListJobs({.problem_hash = problem->content_hash(), .limit = 20});
+    if (!jobs.ok()) return BadInput(std::string(jobs.status().message()));
+    for (const auto& j : *jobs) {
+      if (j.state() != v1::JOB_STATE_COMPLETED && j.state() != v1::JOB_STATE_FAILED) {
+        job_id = j.id();
+        break;
+      }
+    }
+    if (job_id.empty()) return BadInput(absl::StrCat("no unfinished job of ", problem->name(), " in ", args.db));
+  }
+  if (job_id.empty()) {
+    v1::JobSpec spec;
+    *spec.mutable_problem() = *problem;
+    spec.mutable_budget()->set_max_candidates(args.budget);
+    spec.mutable_budget()->set_max_wall_seconds(args.time_seconds);
+    spec.mutable_budget()->set_target_speedup(args.target);
+    spec.mutable_budget()->set_patience(args.patience);
+    spec.mutable_evolution()->set_islands(args.islands);
+    spec.set_seed(args.seed);
+    spec.set_tenant("local");
+    auto job = runner.Submit(spec);
+    if (!job.ok()) return BadInput(std::string(job.status().message()));
+    job_id = job->id();
+  } else {
+    auto job = (*store)->GetJob(job_id);
+    if (!job.ok()) return BadInput(std::string(job.status().message()));
+    if (job->spec().problem().content_hash() != problem->content_hash()) {
+      return BadInput(absl::StrCat("job ", job_id, " belongs to another version of the problem (",
+                                   job->spec().problem().name(), "); start a new job instead of --resume"));
+    }
+  }
+
+  // Workers: each with its own evaluator and so its own sandbox process.
+  std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
+  std::vector<std::thread> threads;
+  std::atomic<bool> workers_stop{false};
+  const std::string stream(BackendName(problem->backend()));
+  for (int i = 0; i < args.workers; ++i) {
+    worker::EvaluatorOptions eo;
+    eo.worker_id = absl::StrCat("local-", i);
+    eo.run_timeout_seconds = args.timeout_seconds;
+    evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
+    if (problem->backend() != v1::BACKEND_REPLAY) {
+      v1::HelloResponse hello = evaluators.back()->Probe(problem->backend());
+      if (!hello.available()) {
+        std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "
+                  << hello.unavailable_reason() << "\n";
+        return 1;
+      }
+      if (i == 0 && !args.quiet) {
+        std::cout << "device: " << hello.device().name() << " (" << BackendName(problem->backend()) << ")\n";
+      }
+    }
+    threads.emplace_back([&, i] {
+      worker::QueueWorker w(queue, *evaluators[i], stream, absl::StrCat("local-", i), log);
+      w.Run(workers_stop);
+    });
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  if (!args.quiet) {
+    std::cout << (args.resume ? "resuming " : "job ") << job_id << ": " << problem->name() << ", budget "
+              << args.budget << " evaluations, " << args.workers << " worker(s), db " << args.db << "\n"
+              << "mutator: parametric (no LLM configured)\n";
+  }
+  auto progress = [&](const coordinator::Progress& p) {
+    if (args.quiet) return;
+    const double rate = p.elapsed_seconds > 0 ? p.evaluations / p.elapsed_seconds : 0;
+    if (tty) {
+      std::cout << absl::StrFormat("\r\033[K[%d/%d] %.2f eval/s  best %.3fx  %s", p.evaluations, p.budget, rate,
+                                   p.best_speedup, Counts(p.outcome_counts))
+                << std::flush;
+    }
+    if (p.improved) {
+      const ParamAssignment params(p.candidate->params().begin(), p.candidate->params().end());
+      if (tty) std::cout << "\n";
+      std::cout << absl::StrFormat("eval %d: new best %.3fx (%s)\n", p.evaluations, p.best_speedup,
+                                   params.empty() ? "seed" : FormatParams(params));
+    }
+  };
+  auto job = runner.Run(job_id, g_stop, progress);
+  workers_stop.store(true);
+  queue.Close();
+  for (auto& t : threads) t.join();
+  if (tty && !args.quiet) std::cout << "\n";
+  if (!job.ok()) {
+    std::cerr << "kforge run: " << job.status().message() << "\n";
+    return 1;
+  }
+  auto cands = (*store)->ListCandidates(job_id);
+  auto evals = (*store)->ListEvaluations(job_id);
+  if (cands.ok() && evals.ok()) {
+    if (absl::Status st = WriteReport(args.out_dir, *job, *cands, *evals); !st.ok()) {
+      std::cerr << "kforge run: " << st.message() << "\n";
+      return 1;
+    }
+  }
+  std::map<std::string, int64_t> counts(job->progress().outcome_counts().begin(),
+                                        job->progress().outcome_counts().end());
+  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.1f s; best speedup %.3fx; %s\n", job_id,
+                               job->state() == v1::JOB_STATE_COMPLETED   ? "completed"
+                               : job->state() == v1::JOB_STATE_CANCELLED ? "stopped"
+                                                                         : "failed",
+                               job->state_reason(), job->progress().evaluations(),
+                               job->progress().elapsed_seconds(), job->progress().best_speedup(), Counts(counts));
+  if (job->state() == v1::JOB_STATE_CANCELLED) {
+    std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << args.db << "\n";
+  }
+  std::cout << "report: " << args.out_dir << "/report.md\n";
+  return job->state() == v1::JOB_STATE_FAILED ? 1 : 0;
+}
+
+}  // namespace kforge::cli

@@ -1,0 +1,29 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kforge::cli {
+
+struct RunArgs {
+  std::string problem_dir;
+  int64_t budget = 100;        // evaluations, the seed included
+  double time_seconds = 0;     // wall-clock budget; 0 = none
+  uint64_t seed = 1;
+  int workers = 1;
+  std::string out_dir = "kforge-out";
+  bool resume = false;
+  std::string job_id;          // with --resume: which job (default: the latest unfinished one)
+  std::string db = "kforge.db";
+  double target = 0;
+  int64_t patience = 0;
+  int islands = 2;
+  double timeout_seconds = 60; // per sandboxed run
+  bool quiet = false;
+};
+
+// The embedded mode: coordinator, workers and mutator in this process, SQLite store, in-process
+// queue. Exit codes: 0 completed (or interrupted and resumable), 1 the job failed, 2 bad input.
+int RunJob(const RunArgs& args);
+
+}  // namespace kforge::cli

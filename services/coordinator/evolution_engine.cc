@@ -1,0 +1,173 @@
+#include "services/coordinator/evolution_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/hash.h"
+
+namespace kforge::coordinator {
+
+EngineOptions OptionsFromConfig(const v1::EvolutionConfig& c, const v1::Budget& budget) {
+  EngineOptions o;
+  if (c.islands() > 0) o.islands = c.islands();
+  if (c.migration_interval() > 0) o.migration_interval = c.migration_interval();
+  if (c.exploit_ratio() > 0) o.exploit_ratio = c.exploit_ratio();
+  if (c.explore_ratio() > 0) o.explore_ratio = c.explore_ratio();
+  o.budget = budget.max_candidates();
+  return o;
+}
+
+EvolutionEngine::EvolutionEngine(uint64_t seed, EngineOptions options)
+    : seed_(seed), opts_(options), islands_(std::max(1, options.islands)) {
+  if (opts_.warmup_explore == 0) {
+    // A short spread-out start pays off before local search; a tenth of the budget, 4 to 16.
+    opts_.warmup_explore = opts_.budget > 0 ? static_cast<int>(std::clamp<int64_t>(opts_.budget / 10, 4, 16)) : 8;
+  }
+}
+
+uint64_t EvolutionEngine::MutationSeed(int64_t sequence) const {
+  const std::string h = Sha256Hex(std::to_string(seed_) + "/mutate/" + std::to_string(sequence));
+  return std::stoull(h.substr(0, 16), nullptr, 16);
+}
+
+std::pair<int, int> EvolutionEngine::Cell(const Member& m) const {
+  // Features the evaluation measured: shared/local memory and registers (or code size). With no
+  // resource data (replay), the first two knobs' positions stand in.
+  const auto& r = m.result.resources();
+  const int bins = opts_.grid_bins;
+  auto log_bin = [bins](double v) { return std::clamp(static_cast<int>(std::log2(v + 1.0) / 2.0), 0, bins - 1); };
+  if (r.shared_bytes() > 0 || r.registers_per_thread() > 0) {
+    const int f2 = r.registers_per_thread() > 0 ? std::clamp(r.registers_per_thread() / 32, 0, bins - 1)
+                                                : log_bin(static_cast<double>(r.binary_bytes()) / 1024.0);
+    return {log_bin(static_cast<double>(r.shared_bytes()) / 64.0), f2};
+  }
+  std::vector<int64_t> vals;
+  for (const auto& [k, v] : std::map<std::string, int64_t>(m.candidate.params().begin(), m.candidate.params().end())) {
+    vals.push_back(v);
+  }
+  auto knob_bin = [bins](int64_t v) { return static_cast<int>(std::llabs(v) % bins); };
+  return {vals.size() > 0 ? knob_bin(vals[0]) : 0, vals.size() > 1 ? knob_bin(vals[1]) : 0};
+}
+
+void EvolutionEngine::AddToIsland(int island, const Member* m) {
+  Island& is = islands_[island];
+  if (!is.ids.insert(m->candidate.id()).second) return;
+  auto cell = Cell(*m);
+  auto it = is.grid.find(cell);
+  if (it == is.grid.end() || it->second->fitness < m->fitness) is.grid[cell] = m;
+  is.elites.push_back(m);
+  std::stable_sort(is.elites.begin(), is.elites.end(), [](auto* a, auto* b) { return a->fitness > b->fitness; });
+  if (static_cast<int>(is.elites.size()) > opts_.elites) is.elites.resize(opts_.elites);
+}
+
+void EvolutionEngine::Migrate() {
+  // Ring: each island's best is copied once to the next island, unless already there.
+  const int n = static_cast<int>(islands_.size());
+  if (n < 2) return;
+  std::vector<const Member*> bests(n, nullptr);
+  for (int i = 0; i < n; ++i) bests[i] = islands_[i].elites.empty() ? nullptr : islands_[i].elites.front();
+  for (int i = 0; i < n; ++i) {
+    const Member* m = bests[i];
+    const int dest = (i + 1) % n;
+    if (m == nullptr || islands_[dest].ids.contains(m->candidate.id())) continue;
+    if (!migrated_.insert({m->candidate.id(), dest}).second) continue;
+    AddToIsland(dest, m);
+    ++migrations_;
+  }
+}
+
+void EvolutionEngine::Ingest(const v1::Candidate& c, const v1::EvaluationResult& r) {
+  ++evaluations_;
+  ++since_improvement_;
+  for (const auto& p : c.parent_ids()) ++children_[p];
+  if (r.outcome() == v1::OUTCOME_OK && r.speedup() > 0) {
+    Member& m = members_[c.id()];
+    m.candidate = c;
+    m.result = r;
+    m.fitness = r.speedup();
+    const int island = std::clamp(c.island(), 0, static_cast<int>(islands_.size()) - 1);
+    if (c.mutator() == v1::MUTATOR_KIND_SEED) {
+      for (int i = 0; i < static_cast<int>(islands_.size()); ++i) AddToIsland(i, &m);
+    } else {
+      AddToIsland(island, &m);
+    }
+    if (best_ == nullptr || m.fitness > best_->fitness) {
+      best_ = &m;
+      since_improvement_ = 0;
+    }
+  }
+  if (opts_.migration_interval > 0 && evaluations_ % opts_.migration_interval == 0) Migrate();
+}
+
+double EvolutionEngine::Weight(const Member* m) const {
+  auto it = children_.find(m->candidate.id());
+  const int kids = it == children_.end() ? 0 : it->second;
+  // Damping: a parent's pull halves roughly every three children.
+  return m->fitness * m->fitness / std::pow(1.0 + kids, 0.6);
+}
+
+Selection EvolutionEngine::Select(int64_t sequence) {
+  Selection s;
+  std::mt19937_64 rng(MutationSeed(sequence) ^ 0x9e3779b97f4a7c15ULL);
+  std::uniform_real_distribution<double> u(0, 1);
+  s.island = static_cast<int>(sequence % static_cast<int64_t>(islands_.size()));
+  Island& is = islands_[s.island];
+  if (is.elites.empty()) {
+    if (best_ != nullptr) s.parents.push_back(best_);
+    s.strategy = "explore";
+    return s;
+  }
+  if (sequence <= opts_.warmup_explore) {
+    s.parents.push_back(is.elites.front());
+    s.strategy = "explore";
+  } else {
+    const double r = u(rng);
+    const Member* parent = nullptr;
+    if (r < opts_.exploit_ratio) {
+      // Tournament of three among the elites by damped fitness; the island's best competes.
+      std::uniform_int_distribution<size_t> pick(0, is.elites.size() - 1);
+      for (int t = 0; t < 3; ++t) {
+        const Member* c = is.elites[pick(rng)];
+        if (parent == nullptr || Weight(c) > Weight(parent)) parent = c;
+      }
+      s.strategy = "exploit";
+    } else if (r < opts_.exploit_ratio + opts_.explore_ratio) {
+      std::uniform_int_distribution<size_t> pick(0, is.grid.size() - 1);
+      auto it = is.grid.begin();
+      std::advance(it, pick(rng));
+      parent = it->second;
+    } else {
+      // Fitness-weighted over the grid, with damping; the cells stand for diversity.
+      double total = 0;
+      for (const auto& [cell, m] : is.grid) total += Weight(m);
+      double x = u(rng) * total;
+      for (const auto& [cell, m] : is.grid) {
+        parent = m;
+        x -= Weight(m);
+        if (x <= 0) break;
+      }
+    }
+    s.parents.push_back(parent);
+    if (u(rng) < opts_.crossover_ratio && is.elites.size() > 1) {
+      std::uniform_int_distribution<size_t> pick(0, is.elites.size() - 1);
+      const Member* other = is.elites[pick(rng)];
+      if (other != parent) s.parents.push_back(other);
+    }
+  }
+  // Inspirations: the global best, the island's runner-up, and a member of another cell.
+  if (best_ != nullptr && best_ != s.parents.front()) s.inspirations.push_back(best_);
+  if (is.elites.size() > 1 && is.elites[1] != s.parents.front()) s.inspirations.push_back(is.elites[1]);
+  if (is.grid.size() > 1) {
+    std::uniform_int_distribution<size_t> pick(0, is.grid.size() - 1);
+    auto it = is.grid.begin();
+    std::advance(it, pick(rng));
+    if (it->second != s.parents.front()) s.inspirations.push_back(it->second);
+  }
+  return s;
+}
+
+std::vector<std::string> EvolutionEngine::IslandMemberIds(int island) const {
+  return {islands_[island].ids.begin(), islands_[island].ids.end()};
+}
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,93 @@
+#pragma once
+
+// The evolution engine of one job: islands with ring migration, a quality-diversity grid per
+// island, elites, a protected global best, and parent selection mixing exploit / explore /
+// fitness-weighted choice with damping of parents that already have many children. It holds no
+// I/O: the job runner feeds it evaluations in candidate sequence order and asks it for parents,
+// so the same inputs always give the same choices (every random draw comes from the job seed and
+// the proposal's sequence number).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kforge/v1/evaluation.pb.h"
+#include "kforge/v1/job.pb.h"
+#include "kforge/v1/llm_proxy.pb.h"
+
+namespace kforge::coordinator {
+
+struct EngineOptions {
+  int islands = 2;
+  int migration_interval = 25;  // evaluations between ring migrations
+  double exploit_ratio = 0.6;   // parent from the island's elites (tournament)
+  double explore_ratio = 0.15;  // parent uniformly from the island's grid
+  double crossover_ratio = 0.1; // a second parent
+  int elites = 6;               // per island
+  int grid_bins = 6;            // per feature dimension
+  int warmup_explore = 0;       // first proposals ask for distant children (0 = auto)
+  int64_t budget = 0;           // max evaluations, for the auto warm-up size
+};
+
+EngineOptions OptionsFromConfig(const v1::EvolutionConfig& config, const v1::Budget& budget);
+
+struct Member {
+  v1::Candidate candidate;
+  v1::EvaluationResult result;
+  double fitness = 0;
+};
+
+struct Selection {
+  int island = 0;
+  std::vector<const Member*> parents;       // one, or two for crossover
+  std::vector<const Member*> inspirations;  // top and diverse
+  std::string strategy;                     // hint for the mutator: "explore", "exploit" or ""
+};
+
+class EvolutionEngine {
+ public:
+  EvolutionEngine(uint64_t seed, EngineOptions options);
+
+  // Records an evaluation. Candidates must arrive in sequence order for determinism.
+  void Ingest(const v1::Candidate& candidate, const v1::EvaluationResult& result);
+  // Parents for the proposal with this sequence number. Empty parents only before any ok result.
+  Selection Select(int64_t sequence);
+  // The random stream for a proposal: the mutator's seed.
+  uint64_t MutationSeed(int64_t sequence) const;
+
+  const Member* best() const { return best_; }
+  int64_t evaluations() const { return evaluations_; }
+  int64_t since_improvement() const { return since_improvement_; }
+  int island_count() const { return static_cast<int>(islands_.size()); }
+  // Members per island (for tests of migration).
+  std::vector<std::string> IslandMemberIds(int island) const;
+  int64_t migrations() const { return migrations_; }
+
+ private:
+  struct Island {
+    std::map<std::pair<int, int>, const Member*> grid;  // QD grid: best per cell
+    std::vector<const Member*> elites;                  // best first
+    std::set<std::string> ids;                          // every member, for "no duplicates"
+  };
+  std::pair<int, int> Cell(const Member& m) const;
+  void AddToIsland(int island, const Member* m);
+  void Migrate();
+  double Weight(const Member* m) const;
+
+  uint64_t seed_;
+  EngineOptions opts_;
+  std::vector<Island> islands_;
+  std::map<std::string, Member> members_;           // ok candidates by id (stable addresses)
+  std::map<std::string, int> children_;             // parent id -> children proposed
+  std::set<std::pair<std::string, int>> migrated_;  // (candidate, destination island)
+  const Member* best_ = nullptr;
+  int64_t evaluations_ = 0;
+  int64_t since_improvement_ = 0;
+  int64_t migrations_ = 0;
+};
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,281 @@
+#include "services/coordinator/job_runner.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/dtype.h"
+#include "common/hash.h"
+#include "common/param_space.h"
+#include "common/status_macros.h"
+#include "services/coordinator/evolution_engine.h"
+
+namespace kforge::coordinator {
+
+namespace {
+
+void SetTime(google::protobuf::Timestamp* t, double wall) {
+  t->set_seconds(static_cast<int64_t>(wall));
+  t->set_nanos(static_cast<int32_t>((wall - std::floor(wall)) * 1e9));
+}
+
+std::string CandidateId(const std::string& job_id, int64_t sequence) {
+  return absl::StrFormat("%s-c%06d", job_id, sequence);
+}
+
+}  // namespace
+
+JobRunner::JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log,
+                     JobRunnerOptions options)
+    : store_(store), queue_(queue), mutator_(mutator), clock_(clock), log_(std::move(log)),
+      options_(std::move(options)) {}
+
+absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec) {
+  if (spec.problem().content_hash().empty()) return absl::InvalidArgumentError("job spec has no problem");
+  const v1::Budget& b = spec.budget();
+  if (b.max_candidates() <= 0 && b.max_wall_seconds() <= 0 && b.target_speedup() <= 0 && b.patience() <= 0) {
+    return absl::InvalidArgumentError("a job needs a budget: max_candidates, max_wall_seconds, target_speedup or patience");
+  }
+  if (b.max_candidates() < 0 || b.max_wall_seconds() < 0 || b.patience() < 0) {
+    return absl::InvalidArgumentError("budget values must not be negative");
+  }
+  v1::Job job;
+  const double now = clock_.WallSeconds();
+  job.set_id(absl::StrCat("job-", Sha256Hex(absl::StrCat(spec.problem().content_hash(), "/", spec.seed(), "/",
+                                                         absl::StrFormat("%.9f", now)))
+                                      .substr(0, 12)));
+  *job.mutable_spec() = std::move(spec);
+  job.set_state(v1::JOB_STATE_QUEUED);
+  SetTime(job.mutable_created_at(), now);
+  KF_RETURN_IF_ERROR(store_.CreateJob(job));
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::atomic<bool>& stop,
+                                       const ProgressFn& progress) {
+  KF_ASSIGN_OR_RETURN(v1::Job job, store_.GetJob(job_id));
+  if (job.state() == v1::JOB_STATE_COMPLETED || job.state() == v1::JOB_STATE_FAILED) return job;
+  const v1::Problem& problem = job.spec().problem();
+  const v1::Budget& budget = job.spec().budget();
+  const std::string stream = options_.stream.empty() ? std::string(BackendName(problem.backend())) : options_.stream;
+  const int slots = std::max(1, job.spec().evolution().max_in_flight() > 0
+                                    ? std::min(options_.slots, job.spec().evolution().max_in_flight())
+                                    : options_.slots);
+  EvolutionEngine engine(job.spec().seed(), OptionsFromConfig(job.spec().evolution(), budget));
+
+  // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.
+  KF_ASSIGN_OR_RETURN(std::vector<v1::Candidate> cands, store_.ListCandidates(job_id));
+  KF_ASSIGN_OR_RETURN(std::vector<v1::EvaluationResult> evals, store_.ListEvaluations(job_id));
+  std::map<std::string, v1::EvaluationResult> results;  // by candidate id, not yet ingested
+  for (auto& e : evals) results[e.candidate_id()] = std::move(e);
+  std::set<std::string> seen;
+  for (const auto& c : cands) seen.insert(c.content_hash());
+  size_t ingested = 0;
+  std::map<std::string, int64_t> counts;
+  const double resumed_elapsed = job.progress().elapsed_seconds();
+  const double start = clock_.MonotonicSeconds();
+  auto elapsed = [&] { return resumed_elapsed + clock_.MonotonicSeconds() - start; };
+  std::string stop_reason;
+  std::string fail_reason;
+
+  auto ingest_ready = [&](bool notify) {
+    while (ingested < cands.size()) {
+      auto it = results.find(cands[ingested].id());
+      if (it == results.end()) break;
+      const v1::Candidate& c = cands[ingested];
+      const v1::EvaluationResult& r = it->second;
+      const double before = engine.best() ? engine.best()->fitness : 0;
+      engine.Ingest(c, r);
+      ++ingested;
+      ++counts[std::string(OutcomeName(r.outcome()))];
+      const bool improved = engine.best() != nullptr && engine.best()->fitness > before;
+      if (c.mutator() == v1::MUTATOR_KIND_SEED && r.outcome() == v1::OUTCOME_INFRA_ERROR) {
+        fail_reason = absl::StrCat("the seed could not be evaluated: ", r.message());
+      }
+      if (notify) {
+        if (improved) {
+          v1::JobEvent ev;
+          ev.set_job_id(job_id);
+          SetTime(ev.mutable_time(), clock_.WallSeconds());
+          *ev.mutable_improved() = c;
+          (void)store_.AppendEvent(ev);
+        }
+        if (progress) {
+          Progress p;
+          p.job = &job;
+          p.evaluations = static_cast<int64_t>(ingested);
+          p.budget = budget.max_candidates();
+          p.in_flight = static_cast<int64_t>(cands.size() - ingested);
+          p.elapsed_seconds = elapsed();
+          p.best_speedup = engine.best() ? engine.best()->fitness : 0;
+          p.improved = improved;
+          p.candidate = &c;
+          p.result = &r;
+          p.outcome_counts = counts;
+          progress(p);
+        }
+      }
+      results.erase(it);
+    }
+  };
+  ingest_ready(/*notify=*/false);
+
+  // Candidates proposed but never evaluated (the previous run was interrupted): dispatch again.
+  auto request_for = [&](const v1::Candidate& c) {
+    v1::EvaluationRequest req;
+    req.set_request_id(c.id());
+    req.set_job_id(job_id);
+    *req.mutable_problem() = problem;
+    *req.mutable_candidate() = c;
+    req.set_seed(job.spec().seed());
+    return req;
+  };
+  std::set<std::string> evaluated;
+  for (const auto& e : evals) evaluated.insert(e.candidate_id());
+  for (const auto& c : cands) {
+    if (!evaluated.contains(c.id())) KF_RETURN_IF_ERROR(queue_.Enqueue(stream, request_for(c)));
+  }
+
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.clear_state_reason();
+  if (!job.has_started_at()) SetTime(job.mutable_started_at(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(store_.UpdateJob(job));
+  log_->info("job={} running evaluations={} candidates={} slots={}", job_id, ingested, cands.size(), slots);
+
+  auto propose = [&]() -> absl::Status {
+    const int64_t seq = static_cast<int64_t>(cands.size());
+    v1::Candidate child;
+    if (seq == 0) {
+      KF_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::Create(problem));
+      auto params = space.DefaultAssignment();
+      if (!params.has_value()) return absl::FailedPreconditionError("no param assignment satisfies the constraints");
+      child = MakeSeedCandidate(problem, *params);
+    } else {
+      Selection sel = engine.Select(seq);
+      v1::MutateRequest req;
+      req.set_job_id(job_id);
+      *req.mutable_problem() = problem;
+      req.set_seed(engine.MutationSeed(seq));
+      req.set_count(1);
+      req.set_strategy(sel.strategy);
+      if (sel.parents.empty()) {
+        // No candidate has succeeded yet: mutate the seed itself.
+        *req.add_parents()->mutable_candidate() = cands.front();
+      }
+      for (const Member* m : sel.parents) {
+        auto* p = req.add_parents();
+        *p->mutable_candidate() = m->candidate;
+        *p->mutable_result() = m->result;
+      }
+      for (const Member* m : sel.inspirations) {
+        auto* p = req.add_inspirations();
+        *p->mutable_candidate() = m->candidate;
+        *p->mutable_result() = m->result;
+      }
+      KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
+                          mutator_.Mutate(req, [&](const std::string& h) { return seen.contains(h); }));
+      if (resp.children().empty()) {
+        stop_reason = resp.message().empty() ? "the mutator proposed nothing" : resp.message();
+        return absl::OkStatus();
+      }
+      child = resp.children(0);
+      child.set_island(sel.island);
+      int64_t gen = 0;
+      for (const Member* m : sel.parents) gen = std::max(gen, m->candidate.generation() + 1);
+      child.set_generation(gen);
+    }
+    child.set_id(CandidateId(job_id, seq));
+    child.set_job_id(job_id);
+    child.set_sequence(seq);
+    child.set_content_hash(HashCandidate(child));
+    SetTime(child.mutable_created_at(), clock_.WallSeconds());
+    if (seen.contains(child.content_hash())) {
+      stop_reason = "the mutator repeated a candidate";
+      return absl::OkStatus();
+    }
+    KF_ASSIGN_OR_RETURN(bool inserted, store_.InsertCandidate(child));
+    if (!inserted) return absl::InternalError(absl::StrCat("candidate ", child.id(), " already stored"));
+    seen.insert(child.content_hash());
+    cands.push_back(child);
+    return queue_.Enqueue(stream, request_for(child));
+  };
+
+  auto budget_reason = [&]() -> std::string {
+    if (budget.max_candidates() > 0 && static_cast<int64_t>(cands.size()) >= budget.max_candidates()) {
+      return "budget: max_candidates";
+    }
+    if (budget.max_wall_seconds() > 0 && elapsed() >= budget.max_wall_seconds()) return "budget: max_wall_seconds";
+    if (budget.target_speedup() > 0 && engine.best() && engine.best()->fitness >= budget.target_speedup()) {
+      return "target speedup reached";
+    }
+    if (budget.patience() > 0 && engine.since_improvement() >= budget.patience()) {
+      return absl::StrCat("patience: no improvement in ", budget.patience(), " evaluations");
+    }
+    return "";
+  };
+
+  bool interrupted = false;
+  while (true) {
+    if (!fail_reason.empty()) break;
+    if (stop.load()) {
+      interrupted = true;
+      break;
+    }
+    if (stop_reason.empty()) stop_reason = budget_reason();
+    // Propose while the pipeline has room: candidate k waits for candidate k - slots.
+    while (stop_reason.empty() && static_cast<int64_t>(cands.size()) - static_cast<int64_t>(ingested) < slots &&
+           (cands.empty() || ingested > 0)) {
+      KF_RETURN_IF_ERROR(propose());
+      if (stop_reason.empty()) stop_reason = budget_reason();
+    }
+    if (ingested == cands.size() && (!stop_reason.empty() || cands.empty())) break;
+    KF_ASSIGN_OR_RETURN(auto r, queue_.NextResult(job_id, options_.poll_seconds));
+    if (!r.has_value()) continue;
+    auto inserted = store_.PutEvaluation(*r);
+    if (!inserted.ok()) {
+      log_->warn("job={} dropping result for candidate={}: {}", job_id, r->candidate_id(), inserted.status().message());
+      continue;
+    }
+    if (!*inserted) continue;  // a redelivered duplicate: already ingested or buffered
+    results[r->candidate_id()] = *std::move(r);
+    ingest_ready(/*notify=*/true);
+  }
+
+  // Final state.
+  auto* prog = job.mutable_progress();
+  prog->set_evaluations(static_cast<int64_t>(ingested));
+  prog->set_in_flight(static_cast<int64_t>(cands.size() - ingested));
+  prog->clear_outcome_counts();
+  for (const auto& [k, v] : counts) (*prog->mutable_outcome_counts())[k] = v;
+  prog->set_elapsed_seconds(elapsed());
+  prog->set_evaluations_since_improvement(engine.since_improvement());
+  if (engine.best() != nullptr) {
+    prog->set_best_speedup(engine.best()->fitness);
+    *job.mutable_best() = engine.best()->candidate;
+    *job.mutable_best_result() = engine.best()->result;
+  }
+  if (!fail_reason.empty()) {
+    job.set_state(v1::JOB_STATE_FAILED);
+    job.set_state_reason(fail_reason);
+  } else if (interrupted) {
+    job.set_state(v1::JOB_STATE_CANCELLED);
+    job.set_state_reason("interrupted; resume to continue");
+  } else {
+    job.set_state(v1::JOB_STATE_COMPLETED);
+    job.set_state_reason(stop_reason);
+  }
+  if (job.state() != v1::JOB_STATE_CANCELLED) SetTime(job.mutable_finished_at(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(store_.UpdateJob(job));
+  v1::JobEvent ev;
+  ev.set_job_id(job_id);
+  SetTime(ev.mutable_time(), clock_.WallSeconds());
+  ev.set_state_changed(job.state());
+  *ev.mutable_progress() = *prog;
+  (void)store_.AppendEvent(ev);
+  log_->info("job={} state={} reason=\"{}\" evaluations={} best={:.3f}", job_id, static_cast<int>(job.state()),
+             job.state_reason(), ingested, prog->best_speedup());
+  return job;
+}
+
+}  // namespace kforge::coordinator

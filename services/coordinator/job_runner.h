@@ -1,0 +1,68 @@
+#pragma once
+
+// Runs one job to its end: proposes candidates through the mutator, dispatches them on the work
+// queue, ingests results idempotently into the store and the engine, and applies the budget and
+// stop rules. Steady state: it keeps `slots` candidates in flight. Results are ingested in
+// candidate order, and proposal k waits until candidate k - slots has been ingested, so the
+// sequence of candidates depends only on the problem, the seed and the mutator, not on timing.
+// The store is the source of truth: Run() on a job that was interrupted resumes it without
+// repeating or losing evaluations.
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/mutator.h"
+#include "common/queue/work_queue.h"
+#include "common/store/store.h"
+#include "kforge/v1/job.pb.h"
+
+namespace kforge::coordinator {
+
+struct JobRunnerOptions {
+  int slots = 1;                 // candidates in flight (the workers' slots)
+  double poll_seconds = 0.1;     // result wait slice (stop flag latency)
+  std::string stream;            // work stream; "" = the problem's backend name
+};
+
+// What the progress callback sees after every ingested evaluation.
+struct Progress {
+  const v1::Job* job = nullptr;
+  int64_t evaluations = 0;
+  int64_t budget = 0;
+  int64_t in_flight = 0;
+  double elapsed_seconds = 0;
+  double best_speedup = 0;
+  bool improved = false;         // this evaluation is a new best
+  const v1::Candidate* candidate = nullptr;       // the candidate just ingested
+  const v1::EvaluationResult* result = nullptr;
+  std::map<std::string, int64_t> outcome_counts;
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
+class JobRunner {
+ public:
+  JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log,
+            JobRunnerOptions options);
+
+  // Validates the spec, stores the job (QUEUED) and returns it.
+  [[nodiscard]] absl::StatusOr<v1::Job> Submit(v1::JobSpec spec);
+  // Runs or resumes the job until a stop rule ends it (COMPLETED), it fails (FAILED), or `stop`
+  // is set (CANCELLED, "interrupted"; resumable). Returns the final job.
+  [[nodiscard]] absl::StatusOr<v1::Job> Run(const std::string& job_id, const std::atomic<bool>& stop,
+                                           const ProgressFn& progress = nullptr);
+
+ private:
+  Store& store_;
+  WorkQueue& queue_;
+  Mutator& mutator_;
+  Clock& clock_;
+  Logger log_;
+  JobRunnerOptions options_;
+};
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,172 @@
+#include "services/llm-proxy/parametric_mutator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash.h"
+
+namespace kforge::llm {
+
+v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& params) {
+  v1::Candidate c;
+  c.set_job_id(parent.job_id());
+  c.set_source(parent.source());
+  *c.mutable_plan() = parent.plan();
+  for (const auto& [k, v] : params) (*c.mutable_params())[k] = v;
+  c.add_parent_ids(parent.id());
+  c.set_mutator(v1::MUTATOR_KIND_PARAMETRIC);
+  c.set_content_hash(HashCandidate(c));
+  return c;
+}
+
+absl::StatusOr<std::shared_ptr<const ParamSpace>> ParametricMutator::SpaceFor(const v1::Problem& problem) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = spaces_.find(problem.content_hash());
+  if (it != spaces_.end()) return it->second;
+  auto space = ParamSpace::Create(problem);
+  if (!space.ok()) return space.status();
+  auto shared = std::make_shared<const ParamSpace>(*std::move(space));
+  spaces_[problem.content_hash()] = shared;
+  return shared;
+}
+
+bool ParametricMutator::Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
+                                   const SeenFn& seen, std::string* hash) const {
+  auto valid = space.IsValid(a);
+  if (!valid.ok() || !*valid) return false;
+  if (validity_ && !validity_(a)) return false;
+  v1::Candidate probe = base;
+  probe.clear_params();
+  for (const auto& [k, v] : a) (*probe.mutable_params())[k] = v;
+  *hash = HashCandidate(probe);
+  return !seen(*hash);
+}
+
+std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& space, const v1::Candidate& parent,
+                                                            const SeenFn& seen, std::mt19937_64& rng) const {
+  const ParamAssignment pa(parent.params().begin(), parent.params().end());
+  auto idx = space.ValueIndices(pa);
+  if (!idx.has_value()) return std::nullopt;
+  const auto& params = space.params();
+  std::vector<int> tunable;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].values_size() > 1) tunable.push_back(static_cast<int>(i));
+  }
+  if (tunable.empty()) return std::nullopt;
+  std::string hash;
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int t = 0; t < options_.neighbour_tries; ++t) {
+    std::vector<int> next = *idx;
+    const double r = u(rng);
+    const int changes = std::min<int>(static_cast<int>(tunable.size()), r < 0.65 ? 1 : r < 0.92 ? 2 : 3);
+    std::vector<int> order = tunable;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int c = 0; c < changes; ++c) {
+      const int p = order[c];
+      const int n = params[p].values_size();
+      const int step = (u(rng) < 0.8 ? 1 : 2) * (u(rng) < 0.5 ? -1 : 1);
+      next[p] = std::clamp(next[p] + step, 0, n - 1);
+    }
+    if (next == *idx) continue;
+    ParamAssignment a = space.FromIndices(next);
+    if (Acceptable(space, parent, a, seen, &hash)) return a;
+  }
+  // Systematic: every single-knob change at growing distance, in random order per distance.
+  int max_n = 0;
+  for (int p : tunable) max_n = std::max(max_n, params[p].values_size());
+  for (int dist = 1; dist < max_n; ++dist) {
+    std::vector<std::pair<int, int>> moves;
+    for (int p : tunable) {
+      for (int s : {-dist, dist}) {
+        const int v = (*idx)[p] + s;
+        if (v >= 0 && v < params[p].values_size()) moves.emplace_back(p, v);
+      }
+    }
+    std::shuffle(moves.begin(), moves.end(), rng);
+    for (const auto& [p, v] : moves) {
+      std::vector<int> next = *idx;
+      next[p] = v;
+      ParamAssignment a = space.FromIndices(next);
+      if (Acceptable(space, parent, a, seen, &hash)) return a;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space, const v1::Candidate& parent,
+                                                        const SeenFn& seen, std::mt19937_64& rng) const {
+  const int64_t total = space.TotalAssignments();
+  std::uniform_int_distribution<int64_t> pick(0, total - 1);
+  std::string hash;
+  for (int t = 0; t < 256; ++t) {
+    ParamAssignment a = space.Decode(pick(rng));
+    if (Acceptable(space, parent, a, seen, &hash)) return a;
+  }
+  // Dense scan from a random offset: finds an unseen valid point whenever one exists.
+  if (total <= options_.max_scan) {
+    const int64_t start = pick(rng);
+    for (int64_t i = 0; i < total; ++i) {
+      ParamAssignment a = space.Decode((start + i) % total);
+      if (Acceptable(space, parent, a, seen, &hash)) return a;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
+  if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
+  auto space_or = SpaceFor(req.problem());
+  if (!space_or.ok()) return space_or.status();
+  const ParamSpace& space = **space_or;
+  std::mt19937_64 rng(req.seed());
+  std::uniform_real_distribution<double> u(0, 1);
+  v1::MutateResponse resp;
+  // Children proposed in this call count as seen for the next ones.
+  std::set<std::string> local;
+  SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
+  const int count = std::max(1, req.count());
+  for (int i = 0; i < count; ++i) {
+    const v1::Candidate& p1 = req.parents(0).candidate();
+    std::optional<ParamAssignment> child;
+    std::string note;
+    if (req.parents_size() >= 2) {
+      const v1::Candidate& p2 = req.parents(1).candidate();
+      for (int t = 0; t < 32 && !child; ++t) {
+        ParamAssignment a;
+        for (const auto& [k, v] : p1.params()) {
+          auto it = p2.params().find(k);
+          a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
+        }
+        std::string hash;
+        if (Acceptable(space, p1, a, seen_all, &hash)) child = a;
+      }
+      note = "crossover";
+    }
+    const bool explore = req.strategy() == "explore";
+    const bool exploit = req.strategy() == "exploit";
+    if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
+      child = Reset(space, p1, seen_all, rng);
+      note = "random reset";
+    }
+    if (!child) {
+      child = Neighbour(space, p1, seen_all, rng);
+      note = "neighbour";
+    }
+    if (!child) {
+      child = Reset(space, p1, seen_all, rng);
+      note = "random reset (no unseen neighbour)";
+    }
+    if (!child) {
+      resp.set_message("parameter space exhausted: every valid assignment was already proposed");
+      break;
+    }
+    v1::Candidate c = WithParams(p1, *child);
+    if (req.parents_size() >= 2) c.add_parent_ids(req.parents(1).candidate().id());
+    c.set_note(note);
+    local.insert(c.content_hash());
+    *resp.add_children() = std::move(c);
+  }
+  return resp;
+}
+
+}  // namespace kforge::llm

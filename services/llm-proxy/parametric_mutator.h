@@ -1,0 +1,53 @@
+#pragma once
+
+// The parametric mutator: tunes knob values within the declared values and constraints. It needs
+// no model, and it is what runs when no LLM is configured.
+//
+// Moves: a neighbour move (one to three knobs stepped by one or two positions along their
+// declared, ordered values), a random reset (a uniformly drawn valid assignment), and uniform
+// crossover of two parents. A child is only emitted when it is valid and unseen; while unseen
+// valid neighbours of the parent remain, one of them is proposed before anything farther away.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "common/mutator.h"
+#include "common/param_space.h"
+
+namespace kforge::llm {
+
+struct ParametricOptions {
+  double reset_probability = 0.08;   // a random reset instead of a neighbour move
+  int neighbour_tries = 64;          // random neighbour draws before the systematic scan
+  int64_t max_scan = 1 << 22;        // the largest space scanned exhaustively for unseen points
+};
+
+class ParametricMutator final : public Mutator {
+ public:
+  explicit ParametricMutator(ParametricOptions options = {}, ValidityFn extra_validity = nullptr)
+      : options_(options), validity_(std::move(extra_validity)) {}
+
+  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+
+ private:
+  absl::StatusOr<std::shared_ptr<const ParamSpace>> SpaceFor(const v1::Problem& problem);
+  bool Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
+                  const SeenFn& seen, std::string* hash) const;
+  std::optional<ParamAssignment> Neighbour(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
+                                           std::mt19937_64& rng) const;
+  std::optional<ParamAssignment> Reset(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
+                                       std::mt19937_64& rng) const;
+
+  ParametricOptions options_;
+  ValidityFn validity_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const ParamSpace>> spaces_;  // by problem hash
+};
+
+// Builds the child candidate of `parent` with other params (source and plan unchanged).
+v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& params);
+
+}  // namespace kforge::llm
