@@ -1,6 +1,7 @@
 #include "absl/strings/string_view.h"
 #include "common/problem_loader.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -8,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -690,6 +692,32 @@ class Loader {
 }  // namespace
 
 absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir) { return Loader(dir).Load(); }
+
+absl::StatusOr<v1::Problem> ReplayProblemFromCache(const std::string& cache_path) {
+  auto cache = LoadKtCache(cache_path);
+  if (!cache.ok()) return cache.status();
+  v1::Problem p;
+  std::string name = fs::path(cache_path).filename().string();
+  for (const char* ext : {".gz", ".json"}) {
+    if (absl::EndsWith(name, ext)) name.resize(name.size() - std::strlen(ext));
+  }
+  p.set_name(absl::StrCat(fs::path(cache_path).parent_path().filename().string(), "-", name));
+  p.set_backend(v1::BACKEND_REPLAY);
+  p.set_description(absl::StrCat("recorded tuning space of ", cache->kernel_name, " on ", cache->device_name));
+  p.mutable_replay()->set_cache_file(fs::path(cache_path).filename().string());
+  p.mutable_replay()->set_cache_path(fs::absolute(cache_path).string());
+  auto* set = p.add_size_sets();
+  set->set_name("default");
+  set->set_bench(true);
+  for (size_t i = 0; i < cache->keys.size(); ++i) {
+    v1::Param* prm = p.mutable_seed()->add_params();
+    prm->set_name(cache->keys[i]);
+    for (int64_t v : cache->values[i]) prm->add_values(v);
+  }
+  p.mutable_seed()->set_source_file(p.replay().cache_file());
+  p.set_content_hash(HashProblem(p));
+  return p;
+}
 
 absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanFile(const v1::Problem& problem, const std::string& path) {
   if (problem.size_sets().empty()) return absl::InvalidArgumentError("problem has no size sets");

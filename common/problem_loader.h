@@ -21,4 +21,8 @@ inline constexpr int64_t kMaxSourceBytes = 1 << 20;
 [[nodiscard]] absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanFile(const v1::Problem& problem,
                                                                  const std::string& path);
 
+// A replay problem for a Kernel Tuner cache file without a problem folder (benchmarks, tools):
+// every tunable parameter of the file, no constraints.
+[[nodiscard]] absl::StatusOr<v1::Problem> ReplayProblemFromCache(const std::string& cache_path);
+
 }  // namespace kforge

@@ -13,6 +13,8 @@ EngineOptions OptionsFromConfig(const v1::EvolutionConfig& c, const v1::Budget& 
   if (c.migration_interval() > 0) o.migration_interval = c.migration_interval();
   if (c.exploit_ratio() > 0) o.exploit_ratio = c.exploit_ratio();
   if (c.explore_ratio() > 0) o.explore_ratio = c.explore_ratio();
+  if (c.warmup_explore() > 0) o.warmup_explore = c.warmup_explore();
+  if (c.crossover_ratio() > 0) o.crossover_ratio = c.crossover_ratio();
   o.budget = budget.max_candidates();
   return o;
 }
@@ -117,7 +119,9 @@ Selection EvolutionEngine::Select(int64_t sequence) {
     s.strategy = "explore";
     return s;
   }
-  if (sequence <= opts_.warmup_explore) {
+  // Stagnation: after many evaluations without improvement, every third proposal explores.
+  const bool stuck = since_improvement_ >= 12 && sequence % 3 == 0;
+  if (sequence <= opts_.warmup_explore || stuck) {
     s.parents.push_back(is.elites.front());
     s.strategy = "explore";
   } else {
@@ -126,9 +130,14 @@ Selection EvolutionEngine::Select(int64_t sequence) {
     if (r < opts_.exploit_ratio) {
       // Tournament of three among the elites by damped fitness; the island's best competes.
       std::uniform_int_distribution<size_t> pick(0, is.elites.size() - 1);
-      for (int t = 0; t < 3; ++t) {
-        const Member* c = is.elites[pick(rng)];
-        if (parent == nullptr || Weight(c) > Weight(parent)) parent = c;
+      // Half of the exploit draws take the island's best outright: local search around it is
+      // what finds the narrow optima of real tuning spaces.
+      if (u(rng) < 0.5) parent = is.elites.front();
+      if (parent == nullptr) {
+        for (int t = 0; t < 3; ++t) {
+          const Member* c = is.elites[pick(rng)];
+          if (parent == nullptr || Weight(c) > Weight(parent)) parent = c;
+        }
       }
       s.strategy = "exploit";
     } else if (r < opts_.exploit_ratio + opts_.explore_ratio) {

@@ -58,14 +58,27 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
   for (int t = 0; t < options_.neighbour_tries; ++t) {
     std::vector<int> next = *idx;
     const double r = u(rng);
-    const int changes = std::min<int>(static_cast<int>(tunable.size()), r < 0.65 ? 1 : r < 0.92 ? 2 : 3);
+    const int changes = std::min<int>(static_cast<int>(tunable.size()), r < 0.7 ? 1 : r < 0.9 ? 2 : 3);
     std::vector<int> order = tunable;
     std::shuffle(order.begin(), order.end(), rng);
     for (int c = 0; c < changes; ++c) {
       const int p = order[c];
       const int n = params[p].values_size();
-      const int step = (u(rng) < 0.8 ? 1 : 2) * (u(rng) < 0.5 ? -1 : 1);
-      next[p] = std::clamp(next[p] + step, 0, n - 1);
+      // Step length k with P(k) ~ 1/k up to a third of the knob's range: mostly close, but a
+      // knob with many values can still be crossed in a few moves.
+      const int max_step = std::max(2, n / 3);
+      double norm = 0;
+      for (int k = 1; k <= max_step; ++k) norm += 1.0 / k;
+      double x = u(rng) * norm;
+      int step = 1;
+      for (int k = 1; k <= max_step; ++k) {
+        x -= 1.0 / k;
+        if (x <= 0) {
+          step = k;
+          break;
+        }
+      }
+      next[p] = std::clamp(next[p] + (u(rng) < 0.5 ? -step : step), 0, n - 1);
     }
     if (next == *idx) continue;
     ParamAssignment a = space.FromIndices(next);
