@@ -178,7 +178,7 @@ int RunJob(const RunArgs& args) {
   }
   std::map<std::string, int64_t> counts(job->progress().outcome_counts().begin(),
                                         job->progress().outcome_counts().end());
-  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.1f s; best speedup %.3fx; %s\n", job_id,
+  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %.3fx; %s\n", job_id,
                                job->state() == v1::JOB_STATE_COMPLETED   ? "completed"
                                : job->state() == v1::JOB_STATE_CANCELLED ? "stopped"
                                                                          : "failed",
