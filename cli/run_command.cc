@@ -140,8 +140,10 @@ int RunJob(const RunArgs& args) {
   sigaction(SIGTERM, &sa, nullptr);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   if (!args.quiet) {
+    auto stored = (*store)->GetJob(job_id);
+    const int64_t budget = stored.ok() ? stored->spec().budget().max_candidates() : args.budget;
     std::cout << (args.resume ? "resuming " : "job ") << job_id << ": " << problem->name() << ", budget "
-              << args.budget << " evaluations, " << args.workers << " worker(s), db " << args.db << "\n"
+              << budget << " evaluations, " << args.workers << " worker(s), db " << args.db << "\n"
               << "mutator: parametric (no LLM configured)\n";
   }
   auto progress = [&](const coordinator::Progress& p) {

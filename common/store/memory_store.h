@@ -20,7 +20,7 @@ class MemoryStore final : public Store {
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event) override;
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id, int64_t from_sequence,
-                                                       int limit) override;
+                                                       int limit = 1000) override;
 
  private:
   struct JobData {

@@ -2,6 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 
 namespace kforge {
@@ -82,6 +85,22 @@ absl::StatusOr<Msg> Parse(const std::string& bytes, const char* what) {
   return m;
 }
 
+// Steps a query whose first column is a serialised Msg and parses every row.
+template <typename Msg>
+absl::StatusOr<std::vector<Msg>> CollectRows(Stmt& s, const char* what, sqlite3* db, const std::string& path) {
+  std::vector<Msg> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    auto m = Parse<Msg>(s.ColumnBlob(0), what);
+    if (!m.ok()) return m.status();
+    out.push_back(*std::move(m));
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::InternalError(absl::StrCat(path, ": reading ", what, " rows: ", sqlite3_errmsg(db)));
+  }
+  return out;
+}
+
 }  // namespace
 
 int SqliteStore::LatestSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
@@ -98,7 +117,14 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   std::unique_ptr<SqliteStore> s(new SqliteStore(db, path));
   sqlite3_busy_timeout(db, 10000);
   if (path != ":memory:") {
-    if (absl::Status st = s->Exec("PRAGMA journal_mode=WAL"); !st.ok()) return st;
+    // Switching to WAL needs an exclusive lock and does not always wait on the busy handler:
+    // retry while another connection is opening the same file.
+    int rc2 = SQLITE_BUSY;
+    for (int i = 0; i < 1000 && (rc2 == SQLITE_BUSY || rc2 == SQLITE_LOCKED); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      rc2 = sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    }
+    if (rc2 != SQLITE_OK) return s->Error("set journal mode");
   }
   if (absl::Status st = s->Exec("PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL"); !st.ok()) return st;
   if (absl::Status st = s->Migrate(); !st.ok()) return st;
@@ -122,29 +148,39 @@ absl::Status SqliteStore::Exec(const std::string& sql) {
 }
 
 absl::Status SqliteStore::Migrate() {
-  if (absl::Status st = Exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"); !st.ok()) return st;
+  // One write transaction from reading the version to the last migration: connections opening
+  // the same new file at once queue on the write lock (busy timeout) instead of racing.
+  if (absl::Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
+  auto fail = [this](absl::Status st) {
+    (void)Exec("ROLLBACK");
+    return st;
+  };
+  if (absl::Status st = Exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"); !st.ok()) {
+    return fail(st);
+  }
   {
     Stmt q(db_, "SELECT version FROM schema_version");
     if (q.Step() == SQLITE_ROW) {
       version_ = static_cast<int>(q.ColumnInt(0));
     } else {
-      if (absl::Status st = Exec("INSERT INTO schema_version VALUES (0)"); !st.ok()) return st;
+      if (absl::Status st = Exec("INSERT INTO schema_version VALUES (0)"); !st.ok()) return fail(st);
     }
   }
   if (version_ > LatestSchemaVersion()) {
-    return absl::FailedPreconditionError(absl::StrCat(path_, ": database schema version ", version_,
-                                                      " is newer than this kforge understands (",
-                                                      LatestSchemaVersion(), ")"));
+    return fail(absl::FailedPreconditionError(absl::StrCat(path_, ": database schema version ", version_,
+                                                           " is newer than this kforge understands (",
+                                                           LatestSchemaVersion(), ")")));
   }
   while (version_ < LatestSchemaVersion()) {
-    const std::string sql = absl::StrCat("BEGIN; ", kMigrations[version_], "; UPDATE schema_version SET version = ",
-                                         version_ + 1, "; COMMIT;");
+    const std::string sql =
+        absl::StrCat(kMigrations[version_], "; UPDATE schema_version SET version = ", version_ + 1, ";");
     if (absl::Status st = Exec(sql); !st.ok()) {
-      (void)Exec("ROLLBACK");
-      return absl::InternalError(absl::StrCat("migration to schema version ", version_ + 1, " failed: ", st.message()));
+      return fail(absl::InternalError(
+          absl::StrCat("migration to schema version ", version_ + 1, " failed: ", st.message())));
     }
     ++version_;
   }
+  if (absl::Status st = Exec("COMMIT"); !st.ok()) return fail(st);
   return absl::OkStatus();
 }
 
@@ -186,15 +222,7 @@ absl::StatusOr<std::vector<v1::Job>> SqliteStore::ListJobs(const JobQuery& q) {
          "SELECT body FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR problem_hash = ?2) AND "
          "(?3 = 0 OR state = ?3) ORDER BY created_order DESC LIMIT ?4");
   s.Text(1, q.tenant).Text(2, q.problem_hash).Int(3, q.state).Int(4, q.limit);
-  std::vector<v1::Job> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    auto j = Parse<v1::Job>(s.ColumnBlob(0), "job");
-    if (!j.ok()) return j.status();
-    out.push_back(*std::move(j));
-  }
-  if (rc != SQLITE_DONE) return Error("list jobs");
-  return out;
+  return CollectRows<v1::Job>(s, "job", db_, path_);
 }
 
 bool SqliteStore::JobExists(const std::string& job_id) {
@@ -217,15 +245,7 @@ absl::StatusOr<std::vector<v1::Candidate>> SqliteStore::ListCandidates(const std
   if (!JobExists(job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
   Stmt s(db_, "SELECT body FROM candidates WHERE job_id = ? ORDER BY sequence");
   s.Text(1, job_id);
-  std::vector<v1::Candidate> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    auto c = Parse<v1::Candidate>(s.ColumnBlob(0), "candidate");
-    if (!c.ok()) return c.status();
-    out.push_back(*std::move(c));
-  }
-  if (rc != SQLITE_DONE) return Error("list candidates");
-  return out;
+  return CollectRows<v1::Candidate>(s, "candidate", db_, path_);
 }
 
 absl::StatusOr<bool> SqliteStore::PutEvaluation(const v1::EvaluationResult& r) {
@@ -250,30 +270,21 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> SqliteStore::ListEvaluations(c
          "SELECT e.body FROM evaluations e JOIN candidates c ON c.job_id = e.job_id AND c.id = e.candidate_id "
          "WHERE e.job_id = ? ORDER BY c.sequence");
   s.Text(1, job_id);
-  std::vector<v1::EvaluationResult> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    auto e = Parse<v1::EvaluationResult>(s.ColumnBlob(0), "evaluation");
-    if (!e.ok()) return e.status();
-    out.push_back(*std::move(e));
-  }
-  if (rc != SQLITE_DONE) return Error("list evaluations");
-  return out;
+  return CollectRows<v1::EvaluationResult>(s, "evaluation", db_, path_);
 }
 
 absl::StatusOr<int64_t> SqliteStore::AppendEvent(v1::JobEvent event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!JobExists(event.job_id())) return absl::NotFoundError(absl::StrCat("no job ", event.job_id()));
-  int64_t seq = 1;
-  {
-    Stmt q(db_, "SELECT COALESCE(MAX(sequence), 0) + 1 FROM events WHERE job_id = ?");
-    q.Text(1, event.job_id());
-    if (q.Step() != SQLITE_ROW) return Error("next event sequence");
-    seq = q.ColumnInt(0);
-  }
-  event.set_sequence(seq);
-  Stmt s(db_, "INSERT INTO events (job_id, sequence, body) VALUES (?, ?, ?)");
-  s.Text(1, event.job_id()).Int(2, seq).Blob(3, event.SerializeAsString());
+  // One statement picks the next sequence and inserts, so concurrent writers cannot collide;
+  // the sequence lives in its column (ListEvents copies it into the message).
+  event.clear_sequence();
+  Stmt s(db_,
+         "INSERT INTO events (job_id, sequence, body) VALUES (?1, (SELECT COALESCE(MAX(sequence), 0) + 1 FROM "
+         "events WHERE job_id = ?1), ?2) RETURNING sequence");
+  s.Text(1, event.job_id()).Blob(2, event.SerializeAsString());
+  if (s.Step() != SQLITE_ROW) return Error("insert event");
+  const int64_t seq = s.ColumnInt(0);
   if (s.Step() != SQLITE_DONE) return Error("insert event");
   return seq;
 }
@@ -281,13 +292,14 @@ absl::StatusOr<int64_t> SqliteStore::AppendEvent(v1::JobEvent event) {
 absl::StatusOr<std::vector<v1::JobEvent>> SqliteStore::ListEvents(const std::string& job_id, int64_t from, int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!JobExists(job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-  Stmt s(db_, "SELECT body FROM events WHERE job_id = ? AND sequence >= ? ORDER BY sequence LIMIT ?");
+  Stmt s(db_, "SELECT body, sequence FROM events WHERE job_id = ? AND sequence >= ? ORDER BY sequence LIMIT ?");
   s.Text(1, job_id).Int(2, from).Int(3, limit);
   std::vector<v1::JobEvent> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
     auto e = Parse<v1::JobEvent>(s.ColumnBlob(0), "event");
     if (!e.ok()) return e.status();
+    e->set_sequence(s.ColumnInt(1));
     out.push_back(*std::move(e));
   }
   if (rc != SQLITE_DONE) return Error("list events");

@@ -31,7 +31,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event) override;
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id, int64_t from_sequence,
-                                                       int limit) override;
+                                                       int limit = 1000) override;
 
  private:
   explicit SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

@@ -1,6 +1,7 @@
 #include "services/coordinator/job_runner.h"
 
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -68,7 +69,11 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
   KF_ASSIGN_OR_RETURN(std::vector<v1::Candidate> cands, store_.ListCandidates(job_id));
   KF_ASSIGN_OR_RETURN(std::vector<v1::EvaluationResult> evals, store_.ListEvaluations(job_id));
   std::map<std::string, v1::EvaluationResult> results;  // by candidate id, not yet ingested
-  for (auto& e : evals) results[e.candidate_id()] = std::move(e);
+  std::set<std::string> evaluated;
+  for (auto& e : evals) {
+    evaluated.insert(e.candidate_id());
+    results[e.candidate_id()] = std::move(e);
+  }
   std::set<std::string> seen;
   for (const auto& c : cands) seen.insert(c.content_hash());
   size_t ingested = 0;
@@ -79,6 +84,8 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
   std::string stop_reason;
   std::string fail_reason;
 
+  std::function<absl::Status()> fill;  // set once proposing is possible
+  absl::Status fill_error;
   auto ingest_ready = [&](bool notify) {
     while (ingested < cands.size()) {
       auto it = results.find(cands[ingested].id());
@@ -117,9 +124,20 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
         }
       }
       results.erase(it);
+      // Checkpoint progress now and then, so that a killed run resumes with its elapsed time
+      // (the wall-time budget) and a watcher sees progress.
+      if (notify && (improved || ingested % 10 == 0)) {
+        auto* prog = job.mutable_progress();
+        prog->set_evaluations(static_cast<int64_t>(ingested));
+        prog->set_elapsed_seconds(elapsed());
+        prog->set_best_speedup(engine.best() ? engine.best()->fitness : 0);
+        (void)store_.UpdateJob(job);
+      }
+      // Propose right after each ingestion, so proposal k always sees exactly the evaluations
+      // up to k - slots, however the results arrived.
+      if (fill && fill_error.ok()) fill_error = fill();
     }
   };
-  ingest_ready(/*notify=*/false);
 
   // Candidates proposed but never evaluated (the previous run was interrupted): dispatch again.
   auto request_for = [&](const v1::Candidate& c) {
@@ -131,8 +149,6 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     req.set_seed(job.spec().seed());
     return req;
   };
-  std::set<std::string> evaluated;
-  for (const auto& e : evals) evaluated.insert(e.candidate_id());
   for (const auto& c : cands) {
     if (!evaluated.contains(c.id())) KF_RETURN_IF_ERROR(queue_.Enqueue(stream, request_for(c)));
   }
@@ -215,13 +231,8 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     return "";
   };
 
-  bool interrupted = false;
-  while (true) {
-    if (!fail_reason.empty()) break;
-    if (stop.load()) {
-      interrupted = true;
-      break;
-    }
+  fill = [&]() -> absl::Status {
+    if (!fail_reason.empty()) return absl::OkStatus();
     if (stop_reason.empty()) stop_reason = budget_reason();
     // Propose while the pipeline has room: candidate k waits for candidate k - slots.
     while (stop_reason.empty() && static_cast<int64_t>(cands.size()) - static_cast<int64_t>(ingested) < slots &&
@@ -229,6 +240,20 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       KF_RETURN_IF_ERROR(propose());
       if (stop_reason.empty()) stop_reason = budget_reason();
     }
+    return absl::OkStatus();
+  };
+  // Rebuild from the stored evaluations, proposing at the same points as the original run.
+  ingest_ready(/*notify=*/false);
+  KF_RETURN_IF_ERROR(fill_error);
+
+  bool interrupted = false;
+  while (true) {
+    if (!fail_reason.empty()) break;
+    if (stop.load()) {
+      interrupted = true;
+      break;
+    }
+    KF_RETURN_IF_ERROR(fill());
     if (ingested == cands.size() && (!stop_reason.empty() || cands.empty())) break;
     KF_ASSIGN_OR_RETURN(auto r, queue_.NextResult(job_id, options_.poll_seconds));
     if (!r.has_value()) continue;
@@ -240,6 +265,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     if (!*inserted) continue;  // a redelivered duplicate: already ingested or buffered
     results[r->candidate_id()] = *std::move(r);
     ingest_ready(/*notify=*/true);
+    KF_RETURN_IF_ERROR(fill_error);
   }
 
   // Final state.

@@ -20,13 +20,16 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
 }
 
 absl::StatusOr<std::shared_ptr<const ParamSpace>> ParametricMutator::SpaceFor(const v1::Problem& problem) {
+  // A problem without a content hash (a client that never set it) is keyed by its computed one:
+  // keying by "" would hand every such problem the first one's space.
+  const std::string key = problem.content_hash().empty() ? HashProblem(problem) : problem.content_hash();
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = spaces_.find(problem.content_hash());
+  auto it = spaces_.find(key);
   if (it != spaces_.end()) return it->second;
   auto space = ParamSpace::Create(problem);
   if (!space.ok()) return space.status();
   auto shared = std::make_shared<const ParamSpace>(*std::move(space));
-  spaces_[problem.content_hash()] = shared;
+  spaces_[key] = shared;
   return shared;
 }
 
@@ -146,7 +149,9 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
       const v1::Candidate& p2 = req.parents(1).candidate();
       for (int t = 0; t < 32 && !child; ++t) {
         ParamAssignment a;
-        for (const auto& [k, v] : p1.params()) {
+        // Sorted order: a protobuf map iterates in a per-instance random order.
+        const ParamAssignment sorted1(p1.params().begin(), p1.params().end());
+        for (const auto& [k, v] : sorted1) {
           auto it = p2.params().find(k);
           a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
         }

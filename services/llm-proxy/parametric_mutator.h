@@ -3,8 +3,8 @@
 // The parametric mutator: tunes knob values within the declared values and constraints. It needs
 // no model, and it is what runs when no LLM is configured.
 //
-// Moves: a neighbour move (one to three knobs stepped by one or two positions along their
-// declared, ordered values), a random reset (a uniformly drawn valid assignment), and uniform
+// Moves: a neighbour move (one to three knobs stepped along their declared, ordered values by k
+// positions, P(k) ~ 1/k up to a third of the knob's range), a random reset (a uniformly drawn valid assignment), and uniform
 // crossover of two parents. A child is only emitted when it is valid and unseen; while unseen
 // valid neighbours of the parent remain, one of them is proposed before anything farther away.
 

@@ -1,0 +1,468 @@
+#pragma once
+
+// The WorkQueue contract: one suite of behaviours every WorkQueue backend must show (the
+// in-process MemoryWorkQueue now, Redis Streams later). A backend's test file defines a
+// QueueFactory and instantiates the suite:
+//
+//   INSTANTIATE_TEST_SUITE_P(Memory, QueueContractTest,
+//                            ::testing::Values(kforge::testing::QueueBackend{"Memory", [] {
+//                              return std::make_unique<MyFactory>();
+//                            }}),
+//                            kforge::testing::QueueBackendName);
+//
+// A factory is made afresh for every test. The header defines the tests themselves: include it
+// in exactly one source file per test binary.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/queue/work_queue.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kforge/v1/evaluation.pb.h"
+
+namespace kforge::testing {
+
+// Produces fresh, empty queues of one backend and controls the time their leases follow.
+class QueueFactory {
+ public:
+  virtual ~QueueFactory() = default;
+  // A new queue, sharing nothing with earlier ones, whose leases last `lease_seconds`.
+  virtual std::unique_ptr<WorkQueue> NewQueue(double lease_seconds) = 0;
+  // Lets `seconds` pass for lease expiry (a fake clock's advance, or a real wait). Only called
+  // while no other thread is using the queue.
+  virtual void AdvanceTime(double seconds) = 0;
+};
+
+struct QueueBackend {
+  std::string name;
+  std::function<std::unique_ptr<QueueFactory>()> make_factory;
+};
+
+inline std::string QueueBackendName(const ::testing::TestParamInfo<QueueBackend>& info) {
+  return info.param.name;
+}
+
+inline v1::EvaluationRequest MakeQueueRequest(const std::string& job_id, const std::string& request_id) {
+  v1::EvaluationRequest r;
+  r.set_request_id(request_id);
+  r.set_job_id(job_id);
+  r.set_seed(7);
+  r.mutable_candidate()->set_id(absl::StrCat("cand-", request_id));
+  r.mutable_candidate()->set_job_id(job_id);
+  r.mutable_problem()->set_name("matmul");
+  r.set_attempt(1);
+  return r;
+}
+
+inline v1::EvaluationResult ResultFor(const WorkItem& item, double speedup = 1.0) {
+  v1::EvaluationResult r;
+  r.set_request_id(item.request.request_id());
+  r.set_job_id(item.request.job_id());
+  r.set_candidate_id(item.request.candidate().id());
+  r.set_outcome(v1::OUTCOME_OK);
+  r.set_speedup(speedup);
+  return r;
+}
+
+class QueueContractTest : public ::testing::TestWithParam<QueueBackend> {
+ protected:
+  static constexpr double kLease = 30;  // seconds of (fake or real) time
+
+  void SetUp() override {
+    factory_ = GetParam().make_factory();
+    ASSERT_NE(factory_, nullptr);
+    queue_ = factory_->NewQueue(kLease);
+    ASSERT_NE(queue_, nullptr);
+  }
+  void TearDown() override {
+    if (queue_) queue_->Close();
+    queue_.reset();
+    factory_.reset();
+  }
+
+  WorkQueue& queue() { return *queue_; }
+
+  void MustEnqueue(const std::string& stream, const v1::EvaluationRequest& r) {
+    ASSERT_TRUE(queue().Enqueue(stream, r).ok()) << r.request_id();
+  }
+  // The next item of the stream; fails the test if none comes within a second.
+  WorkItem MustDequeue(const std::string& stream, const std::string& consumer = "w1") {
+    auto item = queue().Dequeue(stream, consumer, 1.0);
+    EXPECT_TRUE(item.ok()) << item.status();
+    if (!item.ok() || !item->has_value()) {
+      ADD_FAILURE() << "nothing dequeued from " << stream;
+      return WorkItem{};
+    }
+    return **item;
+  }
+  // Whether the stream delivers nothing within `timeout` seconds.
+  bool DequeuesNothing(const std::string& stream, double timeout = 0.05) {
+    auto item = queue().Dequeue(stream, "probe", timeout);
+    EXPECT_TRUE(item.ok()) << item.status();
+    if (item.ok() && item->has_value()) {
+      ADD_FAILURE() << "unexpected item " << (*item)->request.request_id() << " attempt " << (*item)->attempt;
+      return false;
+    }
+    return true;
+  }
+  std::optional<v1::EvaluationResult> NextResult(const std::string& job_id, double timeout = 1.0) {
+    auto r = queue().NextResult(job_id, timeout);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::nullopt;
+  }
+
+  std::unique_ptr<QueueFactory> factory_;
+  std::unique_ptr<WorkQueue> queue_;
+};
+
+using ::testing::ElementsAre;
+
+TEST_P(QueueContractTest, DequeueIsFifoPerStream) {
+  for (const char* id : {"r1", "r2", "r3", "r4"}) MustEnqueue("opencl", MakeQueueRequest("j1", id));
+  std::vector<std::string> ids;
+  std::set<std::string> deliveries;
+  for (int i = 0; i < 4; ++i) {
+    WorkItem item = MustDequeue("opencl");
+    ids.push_back(item.request.request_id());
+    EXPECT_EQ(item.attempt, 1);
+    EXPECT_EQ(item.request.attempt(), 1);
+    EXPECT_FALSE(item.delivery_id.empty());
+    deliveries.insert(item.delivery_id);
+  }
+  EXPECT_THAT(ids, ElementsAre("r1", "r2", "r3", "r4"));
+  EXPECT_EQ(deliveries.size(), 4u) << "delivery ids must be distinct";
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+}
+
+TEST_P(QueueContractTest, DequeuedRequestIsTheEnqueuedOne) {
+  v1::EvaluationRequest r = MakeQueueRequest("j1", "r1");
+  r.set_timeout_seconds(12.5);
+  (*r.mutable_candidate()->mutable_params())["TILE"] = 16;
+  MustEnqueue("cuda:NVIDIA H200", r);
+  WorkItem item = MustDequeue("cuda:NVIDIA H200");
+  EXPECT_EQ(item.request.request_id(), "r1");
+  EXPECT_EQ(item.request.job_id(), "j1");
+  EXPECT_EQ(item.request.seed(), 7u);
+  EXPECT_DOUBLE_EQ(item.request.timeout_seconds(), 12.5);
+  EXPECT_EQ(item.request.candidate().params().at("TILE"), 16);
+  EXPECT_EQ(item.request.problem().name(), "matmul");
+}
+
+TEST_P(QueueContractTest, StreamsAreIndependent) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "o1"));
+  MustEnqueue("cuda", MakeQueueRequest("j1", "c1"));
+  MustEnqueue("opencl", MakeQueueRequest("j2", "o2"));
+  EXPECT_TRUE(DequeuesNothing("replay"));
+  EXPECT_EQ(MustDequeue("cuda").request.request_id(), "c1");
+  EXPECT_TRUE(DequeuesNothing("cuda"));
+  EXPECT_EQ(MustDequeue("opencl").request.request_id(), "o1");
+  EXPECT_EQ(MustDequeue("opencl").request.request_id(), "o2");
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+}
+
+TEST_P(QueueContractTest, DequeueTimesOutWithNothing) {
+  const auto start = std::chrono::steady_clock::now();
+  auto item = queue().Dequeue("opencl", "w1", 0.2);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_FALSE(item->has_value());
+  EXPECT_GE(waited, 0.15);
+  EXPECT_LT(waited, 5.0);
+
+  // A zero timeout polls.
+  const auto start0 = std::chrono::steady_clock::now();
+  item = queue().Dequeue("opencl", "w1", 0);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_FALSE(item->has_value());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start0).count(), 1.0);
+}
+
+TEST_P(QueueContractTest, DequeueWakesWhenAnItemArrives) {
+  std::optional<WorkItem> got;
+  std::thread consumer([&] {
+    auto item = queue().Dequeue("opencl", "w1", 10.0);
+    if (item.ok()) got = *item;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  MustEnqueue("opencl", MakeQueueRequest("j1", "late"));
+  consumer.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->request.request_id(), "late");
+}
+
+TEST_P(QueueContractTest, CompletePublishesToTheRequestsJobOnly) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  MustEnqueue("opencl", MakeQueueRequest("j2", "r2"));
+  WorkItem a = MustDequeue("opencl");
+  WorkItem b = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", a, ResultFor(a, 1.5)).ok());
+  // Nothing for j2 yet, and nothing for a job that never had work.
+  EXPECT_FALSE(NextResult("j2", 0.05).has_value());
+  EXPECT_FALSE(NextResult("j3", 0.05).has_value());
+  auto r1 = NextResult("j1");
+  ASSERT_TRUE(r1.has_value());
+  EXPECT_EQ(r1->request_id(), "r1");
+  EXPECT_DOUBLE_EQ(r1->speedup(), 1.5);
+  // Each result is delivered once.
+  EXPECT_FALSE(NextResult("j1", 0.05).has_value());
+
+  ASSERT_TRUE(queue().Complete("opencl", b, ResultFor(b, 2.0)).ok());
+  EXPECT_FALSE(NextResult("j1", 0.05).has_value());
+  auto r2 = NextResult("j2");
+  ASSERT_TRUE(r2.has_value());
+  EXPECT_EQ(r2->request_id(), "r2");
+}
+
+TEST_P(QueueContractTest, ResultsOfAJobComeInCompletionOrder) {
+  for (const char* id : {"r1", "r2", "r3"}) MustEnqueue("opencl", MakeQueueRequest("j1", id));
+  WorkItem i1 = MustDequeue("opencl");
+  WorkItem i2 = MustDequeue("opencl");
+  WorkItem i3 = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", i3, ResultFor(i3)).ok());
+  ASSERT_TRUE(queue().Complete("opencl", i1, ResultFor(i1)).ok());
+  ASSERT_TRUE(queue().Complete("opencl", i2, ResultFor(i2)).ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r = NextResult("j1");
+    ASSERT_TRUE(r.has_value());
+    ids.push_back(r->request_id());
+  }
+  EXPECT_THAT(ids, ElementsAre("r3", "r1", "r2"));
+}
+
+TEST_P(QueueContractTest, NextResultTimesOutWithNothing) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = queue().NextResult("j1", 0.2);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->has_value());
+  EXPECT_GE(waited, 0.15);
+  EXPECT_LT(waited, 5.0);
+}
+
+TEST_P(QueueContractTest, NextResultWakesWhenAResultArrives) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem item = MustDequeue("opencl");
+  std::optional<v1::EvaluationResult> got;
+  std::thread waiter([&] {
+    auto r = queue().NextResult("j1", 10.0);
+    if (r.ok()) got = *r;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item)).ok());
+  waiter.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->request_id(), "r1");
+}
+
+TEST_P(QueueContractTest, UncompletedItemIsRedeliveredAfterTheLease) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem first = MustDequeue("opencl", "dying-worker");
+  EXPECT_EQ(first.attempt, 1);
+  // Within the lease nobody else gets it.
+  factory_->AdvanceTime(kLease / 2);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  factory_->AdvanceTime(kLease / 2 + 1);
+  WorkItem second = MustDequeue("opencl", "w2");
+  EXPECT_EQ(second.request.request_id(), "r1");
+  EXPECT_EQ(second.attempt, 2);
+  EXPECT_EQ(second.request.attempt(), 2);
+  EXPECT_NE(second.delivery_id, first.delivery_id);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  // And again, if the second worker dies too.
+  factory_->AdvanceTime(kLease + 1);
+  WorkItem third = MustDequeue("opencl", "w3");
+  EXPECT_EQ(third.request.request_id(), "r1");
+  EXPECT_EQ(third.attempt, 3);
+  EXPECT_EQ(third.request.attempt(), 3);
+  ASSERT_TRUE(queue().Complete("opencl", third, ResultFor(third)).ok());
+  factory_->AdvanceTime(kLease * 3);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+}
+
+TEST_P(QueueContractTest, CompletedItemIsNotRedelivered) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem item = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item)).ok());
+  factory_->AdvanceTime(kLease * 2);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  ASSERT_TRUE(NextResult("j1").has_value());
+  EXPECT_FALSE(NextResult("j1", 0.05).has_value());
+}
+
+TEST_P(QueueContractTest, LateCompletionOfARedeliveredItemPublishesTwice) {
+  // A slow worker's lease expires, the item goes to a second worker, and both finish. The queue
+  // publishes both results; it is result ingestion (Store::PutEvaluation, idempotent per
+  // candidate) that keeps only one.
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem slow = MustDequeue("opencl", "slow");
+  factory_->AdvanceTime(kLease + 1);
+  WorkItem retry = MustDequeue("opencl", "fast");
+  ASSERT_EQ(retry.attempt, 2);
+  ASSERT_TRUE(queue().Complete("opencl", retry, ResultFor(retry, 2.0)).ok());
+  ASSERT_TRUE(queue().Complete("opencl", slow, ResultFor(slow, 1.0)).ok());
+  auto a = NextResult("j1");
+  auto b = NextResult("j1");
+  ASSERT_TRUE(a.has_value());
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(a->request_id(), "r1");
+  EXPECT_EQ(b->request_id(), "r1");
+  EXPECT_EQ(a->candidate_id(), b->candidate_id());
+  EXPECT_FALSE(NextResult("j1", 0.05).has_value());
+  // Neither completion leaves the item pending.
+  factory_->AdvanceTime(kLease * 2);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+}
+
+TEST_P(QueueContractTest, CloseWakesABlockedDequeue) {
+  std::atomic<bool> returned{false};
+  std::optional<absl::StatusOr<std::optional<WorkItem>>> got;
+  std::thread consumer([&] {
+    got = queue().Dequeue("opencl", "w1", 30.0);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load());
+  const auto start = std::chrono::steady_clock::now();
+  queue().Close();
+  consumer.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status();
+  EXPECT_FALSE((*got)->has_value());
+}
+
+TEST_P(QueueContractTest, CloseWakesABlockedNextResult) {
+  std::atomic<bool> returned{false};
+  std::optional<absl::StatusOr<std::optional<v1::EvaluationResult>>> got;
+  std::thread waiter([&] {
+    got = queue().NextResult("j1", 30.0);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load());
+  const auto start = std::chrono::steady_clock::now();
+  queue().Close();
+  waiter.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status();
+  EXPECT_FALSE((*got)->has_value());
+}
+
+TEST_P(QueueContractTest, AfterCloseCallsReturnAtOnce) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  queue().Close();
+  const auto start = std::chrono::steady_clock::now();
+  auto item = queue().Dequeue("opencl", "w1", 30.0);
+  auto result = queue().NextResult("j1", 30.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_FALSE(item->has_value());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->has_value());
+}
+
+TEST_P(QueueContractTest, ConcurrentConsumersGetDistinctItems) {
+  constexpr int kItems = 300;
+  constexpr int kConsumers = 5;
+  for (int i = 0; i < kItems; ++i) MustEnqueue("opencl", MakeQueueRequest(i % 2 ? "j1" : "j2", absl::StrCat("r", i)));
+  std::mutex mu;
+  std::map<std::string, int> deliveries;  // request id -> times delivered
+  std::atomic<int> errors{0};
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < kConsumers; ++c) {
+    consumers.emplace_back([&, c] {
+      const std::string name = absl::StrCat("w", c);
+      while (true) {
+        auto item = queue().Dequeue("opencl", name, 0.3);
+        if (!item.ok()) {
+          ++errors;
+          return;
+        }
+        if (!item->has_value()) return;  // drained
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++deliveries[(*item)->request.request_id()];
+        }
+        if ((*item)->attempt != 1) ++errors;
+        if (!queue().Complete("opencl", **item, ResultFor(**item)).ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : consumers) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(deliveries.size(), static_cast<size_t>(kItems));
+  for (const auto& [id, n] : deliveries) EXPECT_EQ(n, 1) << id << " delivered " << n << " times";
+  // Every result reached its job exactly once.
+  std::set<std::string> results;
+  for (const char* job : {"j1", "j2"}) {
+    while (auto r = NextResult(job, 0.05)) {
+      EXPECT_EQ(r->job_id(), job);
+      EXPECT_TRUE(results.insert(r->request_id()).second) << "duplicate result " << r->request_id();
+    }
+  }
+  EXPECT_EQ(results.size(), static_cast<size_t>(kItems));
+}
+
+TEST_P(QueueContractTest, ConcurrentProducersAndConsumersLoseNothing) {
+  constexpr int kProducers = 3;
+  constexpr int kPerProducer = 100;
+  constexpr int kConsumers = 3;
+  std::mutex mu;
+  std::map<std::string, int> deliveries;
+  std::atomic<int> errors{0};
+  std::atomic<int> produced_done{0};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kProducers; ++p) {
+    threads.emplace_back([&, p] {
+      for (int i = 0; i < kPerProducer; ++i) {
+        if (!queue().Enqueue("opencl", MakeQueueRequest("j1", absl::StrCat("p", p, "-", i))).ok()) ++errors;
+      }
+      ++produced_done;
+    });
+  }
+  for (int c = 0; c < kConsumers; ++c) {
+    threads.emplace_back([&, c] {
+      const std::string name = absl::StrCat("w", c);
+      while (true) {
+        // Read before waiting: an empty wait after every producer finished means drained.
+        const bool all_produced = produced_done.load() == kProducers;
+        auto item = queue().Dequeue("opencl", name, 0.3);
+        if (!item.ok()) {
+          ++errors;
+          return;
+        }
+        if (!item->has_value()) {
+          if (all_produced) return;
+          continue;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++deliveries[(*item)->request.request_id()];
+        }
+        if (!queue().Complete("opencl", **item, ResultFor(**item)).ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(deliveries.size(), static_cast<size_t>(kProducers * kPerProducer));
+  for (const auto& [id, n] : deliveries) EXPECT_EQ(n, 1) << id;
+}
+
+}  // namespace kforge::testing

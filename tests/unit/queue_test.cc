@@ -1,0 +1,113 @@
+// The WorkQueue contract run against MemoryWorkQueue (leases on a FakeClock), plus
+// MemoryWorkQueue-only behaviour.
+
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/queue/memory_queue.h"
+#include "common/store/memory_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/queue_contract.h"
+
+namespace kforge::testing {
+namespace {
+
+class MemoryQueueFactory final : public QueueFactory {
+ public:
+  std::unique_ptr<WorkQueue> NewQueue(double lease_seconds) override {
+    return std::make_unique<MemoryWorkQueue>(clock_, lease_seconds);
+  }
+  void AdvanceTime(double seconds) override { clock_.Advance(seconds); }
+
+ private:
+  FakeClock clock_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, QueueContractTest,
+                         ::testing::Values(QueueBackend{"Memory", [] { return std::make_unique<MemoryQueueFactory>(); }}),
+                         QueueBackendName);
+
+TEST(MemoryWorkQueueTest, PendingCountFollowsLeases) {
+  FakeClock clock;
+  MemoryWorkQueue q(clock, 10);
+  ASSERT_TRUE(q.Enqueue("a", MakeQueueRequest("j1", "r1")).ok());
+  ASSERT_TRUE(q.Enqueue("b", MakeQueueRequest("j1", "r2")).ok());
+  EXPECT_EQ(q.PendingCount(), 0u);
+  auto a = q.Dequeue("a", "w", 0);
+  auto b = q.Dequeue("b", "w", 0);
+  ASSERT_TRUE(a.ok() && a->has_value());
+  ASSERT_TRUE(b.ok() && b->has_value());
+  EXPECT_EQ(q.PendingCount(), 2u);
+  ASSERT_TRUE(q.Complete("a", **a, ResultFor(**a)).ok());
+  EXPECT_EQ(q.PendingCount(), 1u);
+  // An expired lease stays pending until a consumer of its stream reclaims it.
+  clock.Advance(11);
+  EXPECT_EQ(q.PendingCount(), 1u);
+  auto again = q.Dequeue("b", "w2", 0);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->attempt, 2);
+  EXPECT_EQ(q.PendingCount(), 1u);  // the redelivery is the pending one now
+  ASSERT_TRUE(q.Complete("b", **again, ResultFor(**again)).ok());
+  EXPECT_EQ(q.PendingCount(), 0u);
+}
+
+TEST(MemoryWorkQueueTest, LeaseExpiryIsExactlyAtTheDeadline) {
+  FakeClock clock;
+  MemoryWorkQueue q(clock, 10);
+  ASSERT_TRUE(q.Enqueue("s", MakeQueueRequest("j1", "r1")).ok());
+  auto first = q.Dequeue("s", "w", 0);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  clock.Advance(9.5);
+  auto none = q.Dequeue("s", "w", 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  clock.Advance(0.5);
+  auto again = q.Dequeue("s", "w", 0);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->attempt, 2);
+}
+
+TEST(MemoryWorkQueueTest, RedeliveredDuplicateIsDedupedByIngestion) {
+  // End to end with a store: the queue publishes both completions, the store keeps one.
+  FakeClock clock;
+  MemoryWorkQueue q(clock, 10);
+  MemoryStore store;
+  v1::Job job;
+  job.set_id("j1");
+  ASSERT_TRUE(store.CreateJob(job).ok());
+  v1::EvaluationRequest req = MakeQueueRequest("j1", "r1");
+  v1::Candidate cand = req.candidate();
+  cand.set_content_hash("h1");
+  ASSERT_TRUE(store.InsertCandidate(cand).value_or(false));
+  ASSERT_TRUE(q.Enqueue("s", req).ok());
+
+  auto slow = q.Dequeue("s", "slow", 0);
+  ASSERT_TRUE(slow.ok() && slow->has_value());
+  clock.Advance(11);
+  auto fast = q.Dequeue("s", "fast", 0);
+  ASSERT_TRUE(fast.ok() && fast->has_value());
+  ASSERT_TRUE(q.Complete("s", **fast, ResultFor(**fast, 2.0)).ok());
+  ASSERT_TRUE(q.Complete("s", **slow, ResultFor(**slow, 1.0)).ok());
+
+  int stored = 0, results = 0;
+  while (true) {
+    auto r = q.NextResult("j1", 0.05);
+    ASSERT_TRUE(r.ok());
+    if (!r->has_value()) break;
+    ++results;
+    auto put = store.PutEvaluation(**r);
+    ASSERT_TRUE(put.ok()) << put.status();
+    stored += *put ? 1 : 0;
+  }
+  EXPECT_EQ(results, 2);
+  EXPECT_EQ(stored, 1);
+  auto evals = store.ListEvaluations("j1");
+  ASSERT_TRUE(evals.ok());
+  ASSERT_EQ(evals->size(), 1u);
+  EXPECT_DOUBLE_EQ((*evals)[0].speedup(), 2.0);  // the first completion wins
+}
+
+}  // namespace
+}  // namespace kforge::testing

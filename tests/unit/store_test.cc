@@ -1,0 +1,258 @@
+// The Store contract run against MemoryStore and SqliteStore, plus SQLite-only behaviour
+// (persistence, schema versioning, open errors).
+
+#include <sqlite3.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/store/memory_store.h"
+#include "common/store/sqlite_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/temp_dir.h"
+#include "tests/unit/store_contract.h"
+
+namespace kforge::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class MemoryStoreFactory final : public StoreFactory {
+ public:
+  absl::StatusOr<std::unique_ptr<Store>> NewStore() override { return std::make_unique<MemoryStore>(); }
+};
+
+class SqliteMemoryFactory final : public StoreFactory {
+ public:
+  absl::StatusOr<std::unique_ptr<Store>> NewStore() override {
+    auto s = SqliteStore::Open(":memory:");
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<Store>(*std::move(s));
+  }
+};
+
+// Each store in its own file in a temporary directory the factory owns.
+class SqliteFileFactory final : public StoreFactory {
+ public:
+  absl::StatusOr<std::unique_ptr<Store>> NewStore() override {
+    auto s = SqliteStore::Open(absl::StrCat(dir_.path(), "/store-", next_++, ".db"));
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<Store>(*std::move(s));
+  }
+
+ private:
+  TempDir dir_;
+  int next_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, StoreContractTest,
+    ::testing::Values(StoreBackend{"Memory", [] { return std::make_unique<MemoryStoreFactory>(); }},
+                      StoreBackend{"SqliteInMemory", [] { return std::make_unique<SqliteMemoryFactory>(); }},
+                      StoreBackend{"SqliteFile", [] { return std::make_unique<SqliteFileFactory>(); }}),
+    StoreBackendName);
+
+// ---- SQLite only --------------------------------------------------------------------------
+
+std::unique_ptr<SqliteStore> MustOpen(const std::string& path) {
+  auto s = SqliteStore::Open(path);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
+// Runs SQL on the file through a second, independent connection.
+void ExecSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  const std::string msg = err != nullptr ? err : "";
+  sqlite3_free(err);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << msg;
+}
+
+TEST(SqliteStoreTest, DataSurvivesCloseAndReopen) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  const v1::Job job = MakeContractJob("j1", "acme", "hash-1", v1::JOB_STATE_RUNNING);
+  {
+    auto s = MustOpen(path);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->CreateJob(MakeContractJob("j0")).ok());
+    ASSERT_TRUE(s->CreateJob(job).ok());
+    ASSERT_TRUE(s->InsertCandidate(MakeContractCandidate("j1", "c1", "h1", 1)).value_or(false));
+    ASSERT_TRUE(s->InsertCandidate(MakeContractCandidate("j1", "c0", "h0", 0)).value_or(false));
+    ASSERT_TRUE(s->PutEvaluation(MakeContractResult("j1", "c0", 1.25)).value_or(false));
+    ASSERT_TRUE(s->AppendEvent(MakeContractEvent("j1", "started")).ok());
+    ASSERT_TRUE(s->AppendEvent(MakeContractEvent("j1", "improved")).ok());
+  }
+  ASSERT_TRUE(std::filesystem::exists(path));
+  auto s = MustOpen(path);
+  ASSERT_NE(s, nullptr);
+  auto got = s->GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, EqualsProto(job));
+  auto jobs = s->ListJobs({});
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id(), "j1");  // creation order survives too
+
+  auto cands = s->ListCandidates("j1");
+  ASSERT_TRUE(cands.ok()) << cands.status();
+  ASSERT_EQ(cands->size(), 2u);
+  EXPECT_THAT((*cands)[0], EqualsProto(MakeContractCandidate("j1", "c0", "h0", 0)));
+  EXPECT_THAT((*cands)[1], EqualsProto(MakeContractCandidate("j1", "c1", "h1", 1)));
+  // Dedupe state survives: the same hash is still refused.
+  auto dup = s->InsertCandidate(MakeContractCandidate("j1", "c9", "h0", 9));
+  ASSERT_TRUE(dup.ok());
+  EXPECT_FALSE(*dup);
+
+  auto evals = s->ListEvaluations("j1");
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 1u);
+  EXPECT_THAT((*evals)[0], EqualsProto(MakeContractResult("j1", "c0", 1.25)));
+  EXPECT_FALSE(s->PutEvaluation(MakeContractResult("j1", "c0", 7.0)).value_or(true));
+
+  // Through the Store interface: the overrides do not repeat the default limit.
+  auto events = static_cast<Store&>(*s).ListEvents("j1", 1);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[1].message(), "improved");
+  // Sequence numbering continues after the reopen.
+  auto next = s->AppendEvent(MakeContractEvent("j1", "after reopen"));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, 3);
+}
+
+TEST(SqliteStoreTest, SchemaVersionIsTheLatest) {
+  EXPECT_GE(SqliteStore::LatestSchemaVersion(), 1);
+  auto mem = MustOpen(":memory:");
+  ASSERT_NE(mem, nullptr);
+  EXPECT_EQ(mem->schema_version(), SqliteStore::LatestSchemaVersion());
+
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  {
+    auto s = MustOpen(path);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->schema_version(), SqliteStore::LatestSchemaVersion());
+  }
+  auto again = MustOpen(path);  // no migration left to run
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->schema_version(), SqliteStore::LatestSchemaVersion());
+}
+
+TEST(SqliteStoreTest, RefusesAFileFromANewerSchema) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  {
+    auto s = MustOpen(path);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->CreateJob(MakeContractJob("j1")).ok());
+  }
+  const int future = SqliteStore::LatestSchemaVersion() + 7;
+  ExecSql(path, absl::StrCat("UPDATE schema_version SET version = ", future));
+  auto s = SqliteStore::Open(path);
+  ASSERT_FALSE(s.ok()) << "a newer schema was accepted";
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(absl::StrCat("version ", future)));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(path));
+
+  // Refusing did not touch the file: the recorded version and the data are still there.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &q, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(q, 0), future);
+  sqlite3_finalize(q);
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM jobs", -1, &q, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(q, 0), 1);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+}
+
+TEST(SqliteStoreTest, OpeningInAMissingDirectoryFailsClearly) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/no/such/dir/kforge.db");
+  auto s = SqliteStore::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("cannot open"));
+  EXPECT_FALSE(std::filesystem::exists(absl::StrCat(dir.path(), "/no")));
+}
+
+TEST(SqliteStoreTest, OpeningAFileThatIsNotADatabaseFails) {
+  TempDir dir;
+  const std::string path = dir.Write("garbage.db", std::string(4096, 'x'));
+  auto s = SqliteStore::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(path));
+}
+
+TEST(SqliteStoreTest, TwoStoresOnOneFileSeeEachOthersWrites) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  auto a = MustOpen(path);
+  auto b = MustOpen(path);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->CreateJob(MakeContractJob("j1")).ok());
+  EXPECT_EQ(b->CreateJob(MakeContractJob("j1")).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(b->InsertCandidate(MakeContractCandidate("j1", "c0", "h0", 0)).value_or(false));
+  EXPECT_FALSE(a->InsertCandidate(MakeContractCandidate("j1", "c1", "h0", 1)).value_or(true));
+  auto ea = a->AppendEvent(MakeContractEvent("j1", "from a"));
+  auto eb = b->AppendEvent(MakeContractEvent("j1", "from b"));
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  EXPECT_EQ(*ea, 1);
+  EXPECT_EQ(*eb, 2);
+}
+
+TEST(SqliteStoreTest, ConcurrentFirstOpensOfOneFileAllSucceed) {
+  // Several processes (here: connections) opening a database that does not exist yet, e.g. a
+  // `kforge run` creating it while a watcher polls it. Each must open it; the schema must be
+  // created once and the version recorded once.
+  for (int round = 0; round < 20; ++round) {
+    TempDir dir;
+    const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+    constexpr int kOpeners = 6;
+    std::vector<std::string> errors(kOpeners);
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kOpeners; ++t) {
+      threads.emplace_back([&, t] {
+        while (!go.load()) std::this_thread::yield();
+        auto s = SqliteStore::Open(path);
+        if (!s.ok()) errors[t] = std::string(s.status().message());
+      });
+    }
+    go = true;
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kOpeners; ++t) EXPECT_EQ(errors[t], "") << "round " << round << " opener " << t;
+
+    auto again = SqliteStore::Open(path);
+    ASSERT_TRUE(again.ok()) << "round " << round << ": " << again.status();
+    EXPECT_EQ((*again)->schema_version(), SqliteStore::LatestSchemaVersion());
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT COUNT(*), MIN(version) FROM schema_version", -1, &q, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(q, 0), 1) << "round " << round << ": schema_version rows (lowest version "
+                                           << sqlite3_column_int(q, 1) << ")";
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
+}  // namespace
+}  // namespace kforge::testing
