@@ -12,6 +12,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -63,6 +65,10 @@ Sandbox::~Sandbox() {
 }
 
 absl::Status Sandbox::Spawn() {
+  if (access(options_.binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox binary ", options_.binary,
+                                                      " is missing or not executable (set KFORGE_SANDBOX_BINARY)"));
+  }
   if (work_dir_.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/kforge-sandbox-XXXXXX");
@@ -99,8 +105,8 @@ absl::Status Sandbox::Spawn() {
     return absl::InternalError(absl::StrCat("socketpair failed: ", std::strerror(errno)));
   }
   rlimit as{static_cast<rlim_t>(options_.memory_limit_mb) << 20, static_cast<rlim_t>(options_.memory_limit_mb) << 20};
-  rlimit cpu{static_cast<rlim_t>(options_.cpu_limit_seconds), static_cast<rlim_t>(options_.cpu_limit_seconds + 1)};
   rlimit core{0, 0};
+  const bool limit_address_space = backend_ != v1::BACKEND_CUDA;
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -117,8 +123,7 @@ absl::Status Sandbox::Spawn() {
     // No inherited descriptors beyond stdin/stdout/stderr.
     syscall(SYS_close_range, 3U, ~0U, 0U);
     setrlimit(RLIMIT_CORE, &core);
-    if (options_.memory_limit_mb > 0) setrlimit(RLIMIT_AS, &as);
-    if (options_.cpu_limit_seconds > 0) setrlimit(RLIMIT_CPU, &cpu);
+    if (options_.memory_limit_mb > 0 && limit_address_space) setrlimit(RLIMIT_AS, &as);
     if (chdir(work_dir_.c_str()) != 0) _exit(126);
     signal(SIGPIPE, SIG_DFL);
     execve(binary.c_str(), argv, envp.data());
@@ -158,6 +163,25 @@ std::string Sandbox::Reap(bool kill_first) {
   return "sandbox ended";
 }
 
+void Sandbox::LimitCpu(double timeout_seconds) {
+  if (options_.cpu_seconds_per_timeout_second <= 0 || pid_ <= 0) return;
+  // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks; the command name
+  // (field 2) may hold spaces, so count from the closing parenthesis.
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string skip;
+  for (int i = 3; i < 14; ++i) fields >> skip;
+  unsigned long long utime = 0, stime = 0;
+  fields >> utime >> stime;
+  const double used = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const rlim_t soft = static_cast<rlim_t>(used + timeout_seconds * options_.cpu_seconds_per_timeout_second + 5);
+  const rlimit lim{soft, soft + 5};
+  prlimit(pid_, RLIMIT_CPU, &lim, nullptr);
+}
+
 void Sandbox::Kill() {
   if (pid_ > 0) Reap(/*kill_first=*/true);
 }
@@ -176,7 +200,7 @@ absl::StatusOr<v1::HelloResponse> Sandbox::EnsureStarted() {
   const int64_t deadline = MonotonicMillis() + static_cast<int64_t>(options_.start_timeout_seconds * 1000);
   if (absl::Status st = ReadFrameUntil(fd_, &resp, deadline); !st.ok()) {
     const std::string why = Reap(true);
-    return absl::UnavailableError(absl::StrCat("sandbox did not start: ", why));
+    return absl::UnavailableError(absl::StrCat("sandbox ", options_.binary, " did not start: ", why));
   }
   hello_ = resp.hello();
   last_start_seconds_ = (MonotonicMillis() - t0) / 1000.0;
@@ -194,6 +218,7 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     out.message = hello->unavailable_reason();
     return out;
   }
+  LimitCpu(timeout_seconds);
   if (absl::Status st = WriteFrame(fd_, request); !st.ok()) {
     out.status = CallStatus::kCrashed;
     out.message = Reap(false);

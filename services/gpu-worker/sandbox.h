@@ -18,8 +18,13 @@ namespace kforge::worker {
 
 struct SandboxOptions {
   std::string binary;             // path to kforge-sandbox
-  int64_t memory_limit_mb = 0;    // RLIMIT_AS; 0 = none (the CUDA driver needs a huge address space)
-  int64_t cpu_limit_seconds = 0;  // RLIMIT_CPU over the child's lifetime; 0 = none
+  // RLIMIT_AS of OpenCL sandboxes; 0 = none. Not applied to CUDA sandboxes: the CUDA driver
+  // reserves address space far beyond any physical memory.
+  int64_t memory_limit_mb = 16384;
+  // RLIMIT_CPU per request: before each request the child's limit is moved to the CPU time it has
+  // used plus this many CPU-seconds per wall-clock second of the request's timeout (a backstop
+  // behind the wall-clock watchdog: a spinning kernel dies of SIGXCPU at the latest). 0 = none.
+  double cpu_seconds_per_timeout_second = 4;
   double start_timeout_seconds = 30;
   // Environment variables passed through (a trailing '*' matches a prefix). Nothing else is.
   std::vector<std::string> env_allow = {"PATH", "LD_LIBRARY_PATH", "POCL_*", "OCL_ICD_*",
@@ -55,12 +60,14 @@ class Sandbox {
   // Increments with every child started: reference timings are only comparable within one.
   int generation() const { return generation_; }
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   double last_start_seconds() const { return last_start_seconds_; }
   const v1::HelloResponse& hello() const { return hello_; }
 
  private:
   absl::Status Spawn();
   std::string Reap(bool kill_first);  // waits for the child; returns how it ended
+  void LimitCpu(double timeout_seconds);
 
   SandboxOptions options_;
   v1::Backend backend_;

@@ -1,0 +1,95 @@
+// The sandbox process itself: what it inherits (no secrets in its environment, no descriptors
+// of the worker), the resource limits it runs under, and its empty working folder.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "services/gpu-worker/sandbox.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadProc(pid_t pid, const std::string& what) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + what, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string LimitLine(const std::string& limits, const std::string& name) {
+  std::istringstream in(limits);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(SandboxTest, InheritsNoSecretsNoDescriptorsAndRunsUnderLimits) {
+  testing::TempDir dir;
+  const std::string secret_path = dir.Write("secret.txt", "worker-private");
+  // A descriptor the worker holds without O_CLOEXEC, and a secret in the worker's environment.
+  const int leaked = open(secret_path.c_str(), O_RDONLY);
+  ASSERT_GE(leaked, 0);
+  setenv("KFORGE_TEST_DATABASE_PASSWORD", "hunter2", 1);
+
+  SandboxOptions opts;
+  opts.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+  Sandbox sb(opts, v1::BACKEND_OPENCL);
+  auto hello = sb.EnsureStarted();
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  ASSERT_TRUE(sb.running());
+  const pid_t pid = sb.pid();
+
+  const std::string env = ReadProc(pid, "environ");
+  EXPECT_EQ(env.find("hunter2"), std::string::npos);
+  EXPECT_EQ(env.find("KFORGE_TEST_DATABASE_PASSWORD"), std::string::npos);
+  EXPECT_NE(env.find("HOME="), std::string::npos);
+
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(e.path(), ec);
+    EXPECT_NE(target.string(), secret_path) << "fd " << e.path().filename() << " leaked into the sandbox";
+  }
+  // stdin/stdout are the frame socket, not the worker's terminal or files.
+  EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(pid) + "/fd/0").string().rfind("socket:", 0), 0u);
+
+  // Its working folder is its own, empty of the worker's files.
+  const fs::path cwd = fs::read_symlink("/proc/" + std::to_string(pid) + "/cwd");
+  EXPECT_NE(cwd, fs::current_path());
+  EXPECT_FALSE(fs::exists(cwd / "secret.txt"));
+
+  // Limits: no core dumps, bounded address space (OpenCL), and after a request a CPU-time bound.
+  v1::SandboxRequest req;
+  req.mutable_hello()->set_backend(v1::BACKEND_OPENCL);
+  Sandbox::CallResult r = sb.Call(req, 10);
+  ASSERT_EQ(r.status, Sandbox::CallStatus::kOk) << r.message;
+  const std::string limits = ReadProc(pid, "limits");
+  EXPECT_NE(LimitLine(limits, "Max core file size").find(" 0 "), std::string::npos) << limits;
+  EXPECT_NE(LimitLine(limits, "Max address space").find(std::to_string(16384ull << 20)), std::string::npos) << limits;
+  EXPECT_EQ(LimitLine(limits, "Max cpu time").find("unlimited"), std::string::npos) << limits;
+
+  close(leaked);
+  unsetenv("KFORGE_TEST_DATABASE_PASSWORD");
+}
+
+TEST(SandboxTest, MissingBinaryIsAClearError) {
+  SandboxOptions opts;
+  opts.binary = "/nonexistent/kforge-sandbox";
+  Sandbox sb(opts, v1::BACKEND_OPENCL);
+  auto hello = sb.EnsureStarted();
+  ASSERT_FALSE(hello.ok());
+  EXPECT_NE(std::string(hello.status().message()).find("/nonexistent/kforge-sandbox"), std::string::npos)
+      << hello.status();
+}
+
+}  // namespace
+}  // namespace kforge::worker
