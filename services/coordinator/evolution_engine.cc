@@ -121,9 +121,13 @@ Selection EvolutionEngine::Select(int64_t sequence) {
   }
   // Stagnation: after many evaluations without improvement, every third proposal explores.
   const bool stuck = since_improvement_ >= 12 && sequence % 3 == 0;
-  if (sequence <= opts_.warmup_explore || stuck) {
+  if (sequence <= opts_.warmup_explore) {
     s.parents.push_back(is.elites.front());
     s.strategy = "explore";
+  } else if (stuck) {
+    // Jump from the island's best to a nearby basin; alternate with a fully random point.
+    s.parents.push_back(is.elites.front());
+    s.strategy = (sequence / 3) % 2 == 0 ? "perturb" : "explore";
   } else {
     const double r = u(rng);
     const Member* parent = nullptr;

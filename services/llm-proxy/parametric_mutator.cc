@@ -109,6 +109,34 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
   return std::nullopt;
 }
 
+std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& space, const v1::Candidate& parent,
+                                                          const SeenFn& seen, std::mt19937_64& rng) const {
+  const ParamAssignment pa(parent.params().begin(), parent.params().end());
+  auto idx = space.ValueIndices(pa);
+  if (!idx.has_value()) return std::nullopt;
+  const auto& params = space.params();
+  std::vector<int> tunable;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].values_size() > 1) tunable.push_back(static_cast<int>(i));
+  }
+  if (tunable.size() < 2) return std::nullopt;
+  std::uniform_int_distribution<int> how_many(2, std::min<int>(4, static_cast<int>(tunable.size())));
+  std::string hash;
+  for (int t = 0; t < 64; ++t) {
+    std::vector<int> next = *idx;
+    std::vector<int> order = tunable;
+    std::shuffle(order.begin(), order.end(), rng);
+    const int k = how_many(rng);
+    for (int c = 0; c < k; ++c) {
+      std::uniform_int_distribution<int> v(0, params[order[c]].values_size() - 1);
+      next[order[c]] = v(rng);
+    }
+    ParamAssignment a = space.FromIndices(next);
+    if (Acceptable(space, parent, a, seen, &hash)) return a;
+  }
+  return std::nullopt;
+}
+
 std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space, const v1::Candidate& parent,
                                                         const SeenFn& seen, std::mt19937_64& rng) const {
   const int64_t total = space.TotalAssignments();
@@ -159,6 +187,10 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
         if (Acceptable(space, p1, a, seen_all, &hash)) child = a;
       }
       note = "crossover";
+    }
+    if (!child && req.strategy() == "perturb") {
+      child = Perturb(space, p1, seen_all, rng);
+      note = "perturbation";
     }
     const bool explore = req.strategy() == "explore";
     const bool exploit = req.strategy() == "exploit";

@@ -38,6 +38,9 @@ class ParametricMutator final : public Mutator {
                   const SeenFn& seen, std::string* hash) const;
   std::optional<ParamAssignment> Neighbour(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
                                            std::mt19937_64& rng) const;
+  // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
+  std::optional<ParamAssignment> Perturb(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
+                                         std::mt19937_64& rng) const;
   std::optional<ParamAssignment> Reset(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
                                        std::mt19937_64& rng) const;
 
