@@ -22,7 +22,7 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
   schema.Add("queue.url", &opts.queue_url, "redis://host:port of the work queue");
   schema.Add("sandbox.timeout_seconds", &opts.timeout_seconds, "wall-clock limit per candidate",
              [&opts] { return opts.timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
-  schema.Add("sandbox.memory_limit_mb", &opts.memory_limit_mb, "address-space limit of the sandbox",
+  schema.Add("sandbox.memory_limit_mb", &opts.memory_limit_mb, "address-space limit of OpenCL sandboxes (CUDA ones are not limited)",
              [&opts] { return opts.memory_limit_mb >= 256 ? std::string() : std::string("must be >= 256"); });
   schema.Add("compile_cache.dir", &opts.compile_cache_dir, "on-disk compile cache; empty = memory only");
 }

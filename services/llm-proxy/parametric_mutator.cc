@@ -19,6 +19,20 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
   return c;
 }
 
+namespace {
+
+// The parent's value positions, and which knobs have more than one value to move between.
+std::optional<std::vector<int>> Position(const ParamSpace& space, const v1::Candidate& parent,
+                                         std::vector<int>* tunable) {
+  const auto& params = space.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].values_size() > 1) tunable->push_back(static_cast<int>(i));
+  }
+  return space.ValueIndices(ParamAssignment(parent.params().begin(), parent.params().end()));
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const ParamSpace>> ParametricMutator::SpaceFor(const v1::Problem& problem) {
   // A problem without a content hash (a client that never set it) is keyed by its computed one:
   // keying by "" would hand every such problem the first one's space.
@@ -47,15 +61,10 @@ bool ParametricMutator::Acceptable(const ParamSpace& space, const v1::Candidate&
 
 std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& space, const v1::Candidate& parent,
                                                             const SeenFn& seen, std::mt19937_64& rng) const {
-  const ParamAssignment pa(parent.params().begin(), parent.params().end());
-  auto idx = space.ValueIndices(pa);
-  if (!idx.has_value()) return std::nullopt;
-  const auto& params = space.params();
   std::vector<int> tunable;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].values_size() > 1) tunable.push_back(static_cast<int>(i));
-  }
-  if (tunable.empty()) return std::nullopt;
+  auto idx = Position(space, parent, &tunable);
+  if (!idx.has_value() || tunable.empty()) return std::nullopt;
+  const auto& params = space.params();
   std::string hash;
   std::uniform_real_distribution<double> u(0, 1);
   for (int t = 0; t < options_.neighbour_tries; ++t) {
@@ -111,15 +120,10 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
 
 std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& space, const v1::Candidate& parent,
                                                           const SeenFn& seen, std::mt19937_64& rng) const {
-  const ParamAssignment pa(parent.params().begin(), parent.params().end());
-  auto idx = space.ValueIndices(pa);
-  if (!idx.has_value()) return std::nullopt;
-  const auto& params = space.params();
   std::vector<int> tunable;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].values_size() > 1) tunable.push_back(static_cast<int>(i));
-  }
-  if (tunable.size() < 2) return std::nullopt;
+  auto idx = Position(space, parent, &tunable);
+  if (!idx.has_value() || tunable.size() < 2) return std::nullopt;
+  const auto& params = space.params();
   std::uniform_int_distribution<int> how_many(2, std::min<int>(4, static_cast<int>(tunable.size())));
   std::string hash;
   for (int t = 0; t < 64; ++t) {
