@@ -55,7 +55,15 @@ std::string TempDir::Read(absl::string_view rel) const {
 #define KFORGE_BINARY_DIR "."
 #endif
 
-std::string SourceDir() { return KFORGE_SOURCE_DIR; }
-std::string BinaryDir() { return KFORGE_BINARY_DIR; }
+// Overridable so that test binaries built here can run from a copy elsewhere (the GPU check
+// carries them to another machine).
+std::string SourceDir() {
+  const char* v = std::getenv("KFORGE_TEST_SOURCE_DIR");
+  return v != nullptr && *v ? v : KFORGE_SOURCE_DIR;
+}
+std::string BinaryDir() {
+  const char* v = std::getenv("KFORGE_TEST_BINARY_DIR");
+  return v != nullptr && *v ? v : KFORGE_BINARY_DIR;
+}
 
 }  // namespace kforge::testing

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The real-GPU check (issue: CUDA backend end to end on an H200). Runs on the GPU machine from the
+# repository root, with .devcarry made by scripts/gpu-pack.sh; writes everything under $OUT.
+# Budget: about 8 minutes.
+set -u
+C=${C:-.devcarry}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$C/lib:${LD_LIBRARY_PATH:-}"
+export KFORGE_TEST_BINARY_DIR="$PWD/$C/build" KFORGE_TEST_SOURCE_DIR="$PWD"
+export KFORGE_SANDBOX_BINARY="$PWD/$C/build/services/gpu-worker/kforge-sandbox"
+K="$C/build/cli/kforge"
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+log "probe: $(date -u)"
+(nvidia-smi || true) > "$OUT/nvidia-smi.txt" 2>&1
+"$K" --version >> "$OUT/summary.txt" 2>&1 || { log "kforge does not start here (libraries?)"; ldd "$K" > "$OUT/ldd.txt" 2>&1; exit 1; }
+
+log "hostile catalogue on cuda"
+timeout 180 "$C/build/tests/hostile_kernels_cuda_tests" --gtest_output="xml:$OUT/hostile_cuda.xml" > "$OUT/hostile_cuda.txt" 2>&1
+tail -3 "$OUT/hostile_cuda.txt" | tee -a "$OUT/summary.txt"
+
+log "examples: NVRTC compiles (and OpenCL where an ICD exists)"
+timeout 120 "$C/build/tests/examples_tests" > "$OUT/examples.txt" 2>&1; tail -2 "$OUT/examples.txt" | tee -a "$OUT/summary.txt"
+
+for ex in examples/cuda/*/; do
+  name=$(basename "$ex")
+  log "kforge eval $name (seed default params; the reference is timed in the same run)"
+  timeout 60 "$K" eval "$ex" --json > "$OUT/eval-$name.json" 2> "$OUT/eval-$name.err"
+  echo "exit $?" >> "$OUT/summary.txt"
+done
+
+for ex in matmul softmax; do
+  log "kforge run $ex"
+  timeout 150 "$K" run "examples/cuda/$ex" --budget "${BUDGET:-40}" --db "$OUT/kforge.db" --out "$OUT/run-$ex" --timeout 20 \
+      > "$OUT/run-$ex.txt" 2>&1
+  tail -3 "$OUT/run-$ex.txt" | tee -a "$OUT/summary.txt"
+done
+
+log "NVRTC vs nvcc compile latency"
+timeout 90 "$C/build/bench/kforge-bench-compile" --reps 3 > "$OUT/compile.txt" 2>&1; tail -3 "$OUT/compile.txt" >> "$OUT/summary.txt"
+
+log "cuBLAS SGEMM on the matmul example's sizes (PyTorch, TF32 off)"
+timeout 60 python3 - > "$OUT/cublas.txt" 2>&1 <<'PY'
+import torch, time
+torch.backends.cuda.matmul.allow_tf32 = False
+for (m, n, k) in [(2048, 2048, 2048)]:
+    a = torch.rand(m, k, device="cuda") * 2 - 1
+    b = torch.rand(k, n, device="cuda") * 2 - 1
+    for _ in range(3): torch.mm(a, b)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); torch.mm(a, b); e.record(); torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort(); med = times[len(times) // 2]
+    print(f"sgemm {m}x{n}x{k}: median {med*1e3:.3f} ms, {2*m*n*k/med/1e9:.0f} GFLOP/s")
+PY
+cat "$OUT/cublas.txt" >> "$OUT/summary.txt"
+log "done: $(date -u)"
