@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   run->add_option("--islands", run_args.islands, "islands of the evolution");
   run->add_option("--timeout", run_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
+  run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");
+  run->add_option("--max-llm-tokens", run_args.max_llm_tokens, "stop mutating by model after this many tokens");
+  run->add_option("--max-llm-cost", run_args.max_llm_cost, "stop mutating by model after this cost in USD");
 
   try {
     app.parse(argc, argv);

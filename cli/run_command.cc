@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "services/coordinator/job_runner.h"
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/queue_worker.h"
+#include "services/llm-proxy/llm_mutator.h"
 #include "services/llm-proxy/parametric_mutator.h"
 
 namespace kforge::cli {
@@ -69,7 +71,34 @@ int RunJob(const RunArgs& args) {
       return e.has_value() && e->failure != "InvalidConfig";
     };
   }
-  llm::ParametricMutator mutator({}, validity);
+  llm::ParametricMutator parametric({}, validity);
+  // With --llm, a mix: the model writes mutations with the configured probability, the knob
+  // tuner the rest (and whenever the model fails).
+  std::unique_ptr<llm::CurlHttpClient> http;
+  std::unique_ptr<llm::ResponseCache> llm_cache;
+  std::unique_ptr<llm::LlmMutator> llm_mutator;
+  double llm_probability = 0;
+  std::string mutator_line = "mutator: parametric (no LLM configured)";
+  if (!args.llm_config.empty()) {
+    auto cfg = llm::LoadLlmConfig(args.llm_config);
+    if (!cfg.ok()) return BadInput(std::string(cfg.status().message()));
+    auto cache = llm::ResponseCache::Open(cfg->cache_file);
+    if (!cache.ok()) return BadInput(std::string(cache.status().message()));
+    llm_cache = *std::move(cache);
+    http = std::make_unique<llm::CurlHttpClient>();
+    std::vector<std::unique_ptr<llm::Provider>> providers;
+    std::string names;
+    for (const auto& p : cfg->providers) {
+      providers.push_back(std::make_unique<llm::Provider>(
+          p, *http, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, args.seed));
+      absl::StrAppend(&names, names.empty() ? "" : ", ", p.name);
+    }
+    llm_mutator = std::make_unique<llm::LlmMutator>(std::move(providers), *llm_cache, log);
+    llm_probability = cfg->probability;
+    mutator_line = absl::StrFormat("mutator: llm (%s) for %.0f%% of mutations, parametric for the rest", names,
+                                   100 * llm_probability);
+  }
+  llm::MixedMutator mutator(parametric, llm_mutator.get(), llm_probability);
   coordinator::JobRunner runner(**store, queue, mutator, clock, log, {.slots = args.workers});
 
   std::string job_id = args.job_id;
@@ -91,6 +120,8 @@ int RunJob(const RunArgs& args) {
     spec.mutable_budget()->set_max_wall_seconds(args.time_seconds);
     spec.mutable_budget()->set_target_speedup(args.target);
     spec.mutable_budget()->set_patience(args.patience);
+    spec.mutable_budget()->set_max_llm_tokens(args.max_llm_tokens);
+    spec.mutable_budget()->set_max_llm_cost_usd(args.max_llm_cost);
     spec.mutable_evolution()->set_islands(args.islands);
     spec.set_seed(args.seed);
     spec.set_tenant("local");
@@ -144,7 +175,7 @@ int RunJob(const RunArgs& args) {
     const int64_t budget = stored.ok() ? stored->spec().budget().max_candidates() : args.budget;
     std::cout << (args.resume ? "resuming " : "job ") << job_id << ": " << problem->name() << ", budget "
               << budget << " evaluations, " << args.workers << " worker(s), db " << args.db << "\n"
-              << "mutator: parametric (no LLM configured)\n";
+              << mutator_line << "\n";
   }
   auto progress = [&](const coordinator::Progress& p) {
     if (args.quiet) return;

@@ -20,6 +20,9 @@ struct RunArgs {
   int islands = 2;
   double timeout_seconds = 60; // per sandboxed run
   bool quiet = false;
+  std::string llm_config;      // LLM providers YAML; "" = parametric mutator only
+  int64_t max_llm_tokens = 0;
+  double max_llm_cost = 0;
 };
 
 // The embedded mode: coordinator, workers and mutator in this process, SQLite store, in-process

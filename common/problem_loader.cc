@@ -89,7 +89,8 @@ class Loader {
   }
 
  // Parses a candidate's launch plan against an already loaded problem.
-  absl::StatusOr<v1::LaunchPlan> LoadPlan(const v1::Problem& problem, const std::string& path) {
+  absl::StatusOr<v1::LaunchPlan> LoadPlan(const v1::Problem& problem, const std::string& path,
+                                          const std::string* text = nullptr) {
     p_ = problem;
     file_ = path;
     for (const auto& s : problem.size_sets(0).sizes()) names_[s.first] = NameKind::kSize;
@@ -97,7 +98,7 @@ class Loader {
     for (const auto& b : problem.buffers()) names_[b.name()] = NameKind::kBuffer;
     for (const auto& d : problem.seed().defines()) names_[d.first] = NameKind::kDefine;
     for (const auto& prm : problem.seed().params()) names_[prm.name()] = NameKind::kParam;
-    KF_ASSIGN_OR_RETURN(YamlNode root, LoadYamlFile(path));
+    KF_ASSIGN_OR_RETURN(YamlNode root, text != nullptr ? LoadYamlString(*text, path) : LoadYamlFile(path));
     if (!root.is_map()) return root.Error("a launch plan file must be a map with launches (and scratch)");
     KF_RETURN_IF_ERROR(root.CheckKeys({"launches", "scratch"}));
     v1::LaunchPlan plan;
@@ -722,6 +723,12 @@ absl::StatusOr<v1::Problem> ReplayProblemFromCache(const std::string& cache_path
 absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanFile(const v1::Problem& problem, const std::string& path) {
   if (problem.size_sets().empty()) return absl::InvalidArgumentError("problem has no size sets");
   return Loader("").LoadPlan(problem, path);
+}
+
+absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanText(const v1::Problem& problem, const std::string& yaml,
+                                                  const std::string& display_name) {
+  if (problem.size_sets().empty()) return absl::InvalidArgumentError("problem has no size sets");
+  return Loader("").LoadPlan(problem, display_name, &yaml);
 }
 
 }  // namespace kforge

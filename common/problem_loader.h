@@ -21,6 +21,10 @@ inline constexpr int64_t kMaxSourceBytes = 1 << 20;
 [[nodiscard]] absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanFile(const v1::Problem& problem,
                                                                  const std::string& path);
 
+// The same from YAML text (a launch plan written by a model); errors name `display_name`.
+[[nodiscard]] absl::StatusOr<v1::LaunchPlan> LoadLaunchPlanText(const v1::Problem& problem, const std::string& yaml,
+                                                                 const std::string& display_name);
+
 // A replay problem for a Kernel Tuner cache file without a problem folder (benchmarks, tools):
 // every tunable parameter of the file, no constraints.
 [[nodiscard]] absl::StatusOr<v1::Problem> ReplayProblemFromCache(const std::string& cache_path);

@@ -191,6 +191,12 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       }
       KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
                           mutator_.Mutate(req, [&](const std::string& h) { return seen.contains(h); }));
+      // Model calls are paid for whether or not they produced a child.
+      for (const auto& u : resp.usage()) {
+        auto* prog = job.mutable_progress();
+        prog->set_llm_tokens(prog->llm_tokens() + u.input_tokens() + u.output_tokens());
+        prog->set_llm_cost_usd(prog->llm_cost_usd() + u.cost_usd());
+      }
       if (resp.children().empty()) {
         stop_reason = resp.message().empty() ? "the mutator proposed nothing" : resp.message();
         return absl::OkStatus();
@@ -224,6 +230,12 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     if (budget.max_wall_seconds() > 0 && elapsed() >= budget.max_wall_seconds()) return "budget: max_wall_seconds";
     if (budget.target_speedup() > 0 && engine.best() && engine.best()->fitness >= budget.target_speedup()) {
       return "target speedup reached";
+    }
+    if (budget.max_llm_tokens() > 0 && job.progress().llm_tokens() >= budget.max_llm_tokens()) {
+      return "budget: max_llm_tokens";
+    }
+    if (budget.max_llm_cost_usd() > 0 && job.progress().llm_cost_usd() >= budget.max_llm_cost_usd()) {
+      return "budget: max_llm_cost_usd";
     }
     if (budget.patience() > 0 && engine.since_improvement() >= budget.patience()) {
       return absl::StrCat("patience: no improvement in ", budget.patience(), " evaluations");

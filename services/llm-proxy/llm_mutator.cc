@@ -1,0 +1,254 @@
+#include "services/llm-proxy/llm_mutator.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash.h"
+#include "common/problem_loader.h"
+#include "common/status_macros.h"
+#include "common/yaml_reader.h"
+#include "nlohmann/json.hpp"
+#include "services/llm-proxy/edit_parser.h"
+#include "services/llm-proxy/prompt_builder.h"
+
+namespace kforge::llm {
+
+absl::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Open(const std::string& path) {
+  auto cache = std::make_unique<ResponseCache>();
+  cache->path_ = path;
+  if (path.empty()) return cache;
+  std::ifstream in(path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("key") || !j.contains("text")) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", n, ": not a cache record"));
+    }
+    cache->entries_[j["key"].get<std::string>()] = j["text"].get<std::string>();
+  }
+  return cache;
+}
+
+std::optional<std::string> ResponseCache::Get(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  ++hits_;
+  return it->second;
+}
+
+void ResponseCache::Put(const std::string& key, const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[key] = text;
+  if (!path_.empty()) {
+    std::ofstream out(path_, std::ios::app);
+    out << nlohmann::json{{"key", key}, {"text", text}}.dump() << "\n";
+  }
+}
+
+absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
+  KF_ASSIGN_OR_RETURN(YamlNode root, LoadYamlFile(path));
+  if (!root.is_map()) return root.Error("an LLM config must be a map with providers");
+  KF_RETURN_IF_ERROR(root.CheckKeys({"providers", "probability", "cache_file"}));
+  LlmConfig cfg;
+  if (root.Child("probability").defined()) {
+    KF_ASSIGN_OR_RETURN(cfg.probability, root.Child("probability").AsDouble());
+    if (cfg.probability < 0 || cfg.probability > 1) return root.Child("probability").Error("must be between 0 and 1");
+  }
+  if (root.Child("cache_file").defined()) {
+    KF_ASSIGN_OR_RETURN(cfg.cache_file, root.Child("cache_file").AsString());
+  }
+  KF_ASSIGN_OR_RETURN(auto items, root.Child("providers").Items());
+  if (items.empty()) return root.Child("providers").Error("no providers given");
+  for (const auto& item : items) {
+    KF_RETURN_IF_ERROR(item.CheckKeys({"name", "kind", "base_url", "model", "api_key_env", "api_key_file",
+                                       "headers", "weight", "temperature", "max_output_tokens", "context_tokens",
+                                       "timeout_seconds", "max_retries", "input_usd_per_mtok",
+                                       "output_usd_per_mtok"}));
+    ProviderConfig p;
+    KF_ASSIGN_OR_RETURN(p.kind, item.Child("kind").AsString());
+    if (p.kind != "openai" && p.kind != "anthropic") {
+      return item.Child("kind").Error(absl::StrCat("unknown provider kind '", p.kind, "' (expected openai or anthropic)"));
+    }
+    KF_ASSIGN_OR_RETURN(p.base_url, item.Child("base_url").AsString());
+    KF_ASSIGN_OR_RETURN(p.model, item.Child("model").AsString());
+    p.name = item.Child("name").defined() ? item.Child("name").AsString().value_or(p.model) : p.model;
+    if (item.Child("api_key_env").defined()) {
+      KF_ASSIGN_OR_RETURN(std::string var, item.Child("api_key_env").AsString());
+      const char* v = std::getenv(var.c_str());
+      if (v == nullptr || *v == '\0') return item.Child("api_key_env").Error(absl::StrCat("environment variable ", var, " is not set"));
+      p.api_key = v;
+    } else if (item.Child("api_key_file").defined()) {
+      KF_ASSIGN_OR_RETURN(std::string file, item.Child("api_key_file").AsString());
+      std::ifstream in(file);
+      if (!in) return item.Child("api_key_file").Error(absl::StrCat("cannot read ", file));
+      std::getline(in, p.api_key);
+    }
+    if (item.Child("headers").defined()) {
+      KF_ASSIGN_OR_RETURN(auto hs, item.Child("headers").Entries());
+      for (const auto& [k, v] : hs) {
+        KF_ASSIGN_OR_RETURN(std::string value, v.AsString());
+        p.extra_headers[k] = value;
+      }
+    }
+    auto num = [&](const char* key, double* out, double lo, double hi) -> absl::Status {
+      if (!item.Child(key).defined()) return absl::OkStatus();
+      KF_ASSIGN_OR_RETURN(*out, item.Child(key).AsDouble());
+      if (*out < lo || *out > hi) return item.Child(key).Error(absl::StrCat("must be between ", lo, " and ", hi));
+      return absl::OkStatus();
+    };
+    double max_out = static_cast<double>(p.max_output_tokens), ctx = static_cast<double>(p.context_tokens),
+           retries = p.max_retries;
+    KF_RETURN_IF_ERROR(num("weight", &p.weight, 0, 1e6));
+    KF_RETURN_IF_ERROR(num("temperature", &p.temperature, 0, 2));
+    KF_RETURN_IF_ERROR(num("max_output_tokens", &max_out, 16, 1e6));
+    KF_RETURN_IF_ERROR(num("context_tokens", &ctx, 256, 1e7));
+    KF_RETURN_IF_ERROR(num("timeout_seconds", &p.timeout_seconds, 0.1, 3600));
+    KF_RETURN_IF_ERROR(num("max_retries", &retries, 0, 20));
+    KF_RETURN_IF_ERROR(num("input_usd_per_mtok", &p.input_usd_per_mtok, 0, 1e4));
+    KF_RETURN_IF_ERROR(num("output_usd_per_mtok", &p.output_usd_per_mtok, 0, 1e4));
+    p.max_output_tokens = static_cast<int64_t>(max_out);
+    p.context_tokens = static_cast<int64_t>(ctx);
+    p.max_retries = static_cast<int>(retries);
+    if (p.context_tokens <= p.max_output_tokens) {
+      return item.Child("context_tokens").Error("must exceed max_output_tokens (room for the prompt)");
+    }
+    cfg.providers.push_back(std::move(p));
+  }
+  return cfg;
+}
+
+LlmMutator::LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log)
+    : providers_(std::move(providers)), cache_(cache), log_(std::move(log)) {}
+
+absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::string& system, const std::string& user,
+                                            uint64_t sample, v1::MutateResponse* resp) {
+  const ProviderConfig& c = provider.config();
+  const std::string key = Sha256Hex(absl::StrCat(c.model, "|", c.temperature, "|", sample, "|", system, "|", user));
+  auto* usage = resp->add_usage();
+  usage->set_provider(c.name);
+  usage->set_model(c.model);
+  if (auto hit = cache_.Get(key); hit.has_value()) {
+    usage->set_cache_hit(true);
+    return *hit;
+  }
+  ChatRequest req{system, user, c.temperature, c.max_output_tokens};
+  auto r = provider.Complete(req);
+  if (!r.ok()) return r.status();
+  usage->set_input_tokens(r->input_tokens);
+  usage->set_output_tokens(r->output_tokens);
+  usage->set_cost_usd(r->cost_usd);
+  usage->set_latency_seconds(r->latency_seconds);
+  usage->set_retries(r->retries);
+  cache_.Put(key, r->text);
+  return r->text;
+}
+
+absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
+  if (providers_.empty()) return absl::FailedPreconditionError("no LLM provider configured");
+  if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
+  v1::MutateResponse resp;
+  // A weighted choice of model from the mutation's own random stream.
+  std::mt19937_64 rng(req.seed());
+  double total = 0;
+  for (const auto& p : providers_) total += p->config().weight;
+  double x = std::uniform_real_distribution<double>(0, total)(rng);
+  Provider* provider = providers_.back().get();
+  for (const auto& p : providers_) {
+    x -= p->config().weight;
+    if (x <= 0) {
+      provider = p.get();
+      break;
+    }
+  }
+  const int64_t budget = provider->config().context_tokens - provider->config().max_output_tokens;
+  KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(req, budget));
+  const v1::Candidate& parent = req.parents(0).candidate();
+  auto text = Ask(*provider, prompt.system, prompt.user, req.seed(), &resp);
+  if (!text.ok()) {
+    resp.set_message(absl::StrCat("model call failed: ", text.status().message()));
+    return resp;
+  }
+  std::string source;
+  std::optional<std::string> plan_yaml;
+  auto reply = ParseModelReply(*text);
+  if (!reply.ok()) {
+    resp.set_message(absl::StrCat("unusable model reply: ", reply.status().message()));
+    return resp;
+  }
+  plan_yaml = reply->launch_plan_yaml;
+  if (reply->whole_source.has_value()) {
+    source = *reply->whole_source;
+  } else if (!reply->edits.empty()) {
+    auto applied = ApplyEdits(parent.source(), reply->edits);
+    if (applied.ok()) {
+      source = *applied;
+    } else {
+      // One retry asking for the whole file.
+      auto again = BuildPrompt(req, budget, /*whole_file=*/true, std::string(applied.status().message()));
+      if (!again.ok()) return again.status();
+      auto text2 = Ask(*provider, again->system, again->user, req.seed() + 1, &resp);
+      auto reply2 = text2.ok() ? ParseModelReply(*text2) : absl::StatusOr<ModelReply>(text2.status());
+      if (!reply2.ok() || !reply2->whole_source.has_value()) {
+        resp.set_message(absl::StrCat("edits did not apply (", applied.status().message(),
+                                      ") and the whole-file retry failed: ",
+                                      reply2.ok() ? "no code block" : reply2.status().message()));
+        return resp;
+      }
+      source = *reply2->whole_source;
+      if (reply2->launch_plan_yaml.has_value()) plan_yaml = reply2->launch_plan_yaml;
+    }
+  } else {
+    source = parent.source();  // a plan-only change
+  }
+  v1::Candidate child;
+  child.set_job_id(parent.job_id());
+  child.set_source(source);
+  *child.mutable_plan() = parent.plan();
+  *child.mutable_params() = parent.params();
+  if (plan_yaml.has_value()) {
+    auto plan = LoadLaunchPlanText(req.problem(), *plan_yaml, "model launch plan");
+    if (!plan.ok()) {
+      resp.set_message(absl::StrCat("unusable launch plan from the model: ", plan.status().message()));
+      return resp;
+    }
+    *child.mutable_plan() = *plan;
+  }
+  for (const auto& p : req.parents()) child.add_parent_ids(p.candidate().id());
+  child.set_mutator(v1::MUTATOR_KIND_LLM);
+  child.set_note(absl::StrCat("llm ", provider->config().model));
+  child.set_content_hash(HashCandidate(child));
+  if (seen(child.content_hash())) {
+    resp.set_message("the model proposed a candidate already seen");
+    return resp;
+  }
+  *resp.add_children() = std::move(child);
+  return resp;
+}
+
+absl::StatusOr<v1::MutateResponse> MixedMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
+  std::mt19937_64 rng(req.seed() ^ 0x5bd1e995ULL);
+  if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_) {
+    auto r = llm_->Mutate(req, seen);
+    if (r.ok() && !r->children().empty()) return r;
+    // The model failed or repeated itself: the knob tuner still makes progress; keep the usage.
+    auto fallback = parametric_.Mutate(req, seen);
+    if (!fallback.ok()) return fallback;
+    const std::string why = r.ok() ? r->message() : std::string(r.status().message());
+    if (r.ok()) {
+      for (const auto& u : r->usage()) *fallback->add_usage() = u;
+    }
+    fallback->set_message(fallback->children().empty()
+                              ? absl::StrCat(fallback->message(), " (the model: ", why, ")")
+                              : absl::StrCat(why, "; fell back to the parametric mutator"));
+    return fallback;
+  }
+  return parametric_.Mutate(req, seen);
+}
+
+}  // namespace kforge::llm

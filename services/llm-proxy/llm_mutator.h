@@ -1,0 +1,77 @@
+#pragma once
+
+// The LLM mutator: prompt -> provider (a weighted mix of models) -> reply parser -> child. Edits
+// that do not apply trigger one retry asking for a whole file. Replies are cached by prompt hash
+// (+ model, temperature, sample), in memory and optionally in a JSON-lines file, so a rerun with
+// the same seed replays without calling the model (record/replay). The mixed mutator asks the
+// model with a configured probability and the parametric mutator otherwise, and falls back to
+// the parametric one when the model fails.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/mutator.h"
+#include "services/llm-proxy/provider.h"
+
+namespace kforge::llm {
+
+class ResponseCache {
+ public:
+  // "" = memory only; otherwise replies are loaded from and appended to this JSON-lines file.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ResponseCache>> Open(const std::string& path);
+  std::optional<std::string> Get(const std::string& key);
+  void Put(const std::string& key, const std::string& text);
+  size_t hits() const { return hits_; }
+
+ private:
+  std::string path_;
+  std::mutex mu_;
+  std::map<std::string, std::string> entries_;
+  size_t hits_ = 0;
+};
+
+struct LlmConfig {
+  std::vector<ProviderConfig> providers;
+  double probability = 0.8;   // share of mutations asked of a model
+  std::string cache_file;     // record/replay file; "" = memory only
+};
+
+// Reads the LLM config YAML (providers with kind, base_url, model, api_key_env or api_key_file,
+// weight, temperature, max_output_tokens, context_tokens, timeout_seconds, max_retries, prices;
+// probability; cache_file). Errors name file, line and key.
+[[nodiscard]] absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path);
+
+class LlmMutator final : public Mutator {
+ public:
+  LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log);
+  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+  size_t provider_count() const { return providers_.size(); }
+
+ private:
+  absl::StatusOr<std::string> Ask(Provider& provider, const std::string& system, const std::string& user,
+                                  uint64_t sample, v1::MutateResponse* resp);
+
+  std::vector<std::unique_ptr<Provider>> providers_;
+  ResponseCache& cache_;
+  Logger log_;
+};
+
+class MixedMutator final : public Mutator {
+ public:
+  MixedMutator(Mutator& parametric, Mutator* llm, double llm_probability)
+      : parametric_(parametric), llm_(llm), probability_(llm == nullptr ? 0 : llm_probability) {}
+  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+
+ private:
+  Mutator& parametric_;
+  Mutator* llm_;
+  double probability_;
+};
+
+}  // namespace kforge::llm

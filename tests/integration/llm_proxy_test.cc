@@ -1,0 +1,412 @@
+// Model providers and the LLM mutator against a real local HTTP server that speaks the OpenAI and
+// Anthropic wire formats and scripts its answers: good edits, whole files, malformed replies,
+// edits that do not apply, 429 with Retry-After, 500s, slow replies past the timeout, truncated
+// bodies. A real model cannot be reached from tests.
+
+#include <vector>
+
+#include "common/hash.h"
+#include "common/launch.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/llm-proxy/llm_mutator.h"
+#include "services/llm-proxy/parametric_mutator.h"
+#include "tests/testutil/scripted_http_server.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::llm {
+namespace {
+
+using ::kforge::testing::ScriptedHttpServer;
+using ::kforge::testing::ScriptedResponse;
+using ::testing::HasSubstr;
+
+std::string OpenAiReply(const std::string& text, int in = 100, int out = 50) {
+  return nlohmann::json{{"choices", {{{"message", {{"role", "assistant"}, {"content", text}}}}}},
+                        {"usage", {{"prompt_tokens", in}, {"completion_tokens", out}}}}
+      .dump();
+}
+
+std::string AnthropicReply(const std::string& text) {
+  return nlohmann::json{{"content", {{{"type", "text"}, {"text", text}}}},
+                        {"usage", {{"input_tokens", 70}, {"output_tokens", 30}}}}
+      .dump();
+}
+
+ProviderConfig Config(const ScriptedHttpServer& s, const std::string& kind = "openai") {
+  ProviderConfig c;
+  c.name = "scripted";
+  c.kind = kind;
+  c.base_url = kind == "openai" ? s.url() + "/v1" : s.url();
+  c.model = "test-model";
+  c.api_key = "sk-test";
+  c.timeout_seconds = 2;
+  c.max_retries = 3;
+  c.input_usd_per_mtok = 1.0;
+  c.output_usd_per_mtok = 2.0;
+  return c;
+}
+
+struct Sleeps {
+  std::vector<double> waits;
+  SleepFn fn() {
+    return [this](double s) { waits.push_back(s); };
+  }
+};
+
+TEST(ProviderTest, OpenAiCompatibleCallAndAccounting) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("hello", 1000, 500)});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server), http, sleeps.fn());
+  auto r = p.Complete({"sys", "user text", 0.5, 256});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "hello");
+  EXPECT_EQ(r->input_tokens, 1000);
+  EXPECT_EQ(r->output_tokens, 500);
+  EXPECT_DOUBLE_EQ(r->cost_usd, (1000 * 1.0 + 500 * 2.0) / 1e6);
+  auto reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].path, "/v1/chat/completions");
+  EXPECT_EQ(reqs[0].headers["authorization"], "Bearer sk-test");
+  auto body = nlohmann::json::parse(reqs[0].body);
+  EXPECT_EQ(body["model"], "test-model");
+  EXPECT_EQ(body["messages"][0]["role"], "system");
+  EXPECT_EQ(body["messages"][1]["content"], "user text");
+}
+
+TEST(ProviderTest, AnthropicMessagesCall) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, AnthropicReply("bonjour")});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server, "anthropic"), http, sleeps.fn());
+  auto r = p.Complete({"be brief", "hi", 0.2, 64});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "bonjour");
+  EXPECT_EQ(r->input_tokens, 70);
+  auto reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].path, "/v1/messages");
+  EXPECT_EQ(reqs[0].headers["x-api-key"], "sk-test");
+  EXPECT_FALSE(reqs[0].headers["anthropic-version"].empty());
+  EXPECT_EQ(nlohmann::json::parse(reqs[0].body)["system"], "be brief");
+}
+
+TEST(ProviderTest, RateLimitedHonoursRetryAfter) {
+  ScriptedHttpServer server;
+  server.Push({429, {{"Retry-After", "3"}}, "slow down"});
+  server.Push({200, {}, OpenAiReply("ok")});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server), http, sleeps.fn());
+  auto r = p.Complete({"s", "u", 0.5, 64});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->retries, 1);
+  ASSERT_EQ(sleeps.waits.size(), 1u);
+  EXPECT_DOUBLE_EQ(sleeps.waits[0], 3.0);
+}
+
+TEST(ProviderTest, ServerErrorsBackOffThenGiveUpWithTheReason) {
+  ScriptedHttpServer server;
+  for (int i = 0; i < 4; ++i) server.Push({500, {}, "internal trouble"});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server), http, sleeps.fn());
+  auto r = p.Complete({"s", "u", 0.5, 64});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("giving up after 4 attempts"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("HTTP 500"));
+  ASSERT_EQ(sleeps.waits.size(), 3u);
+  // Exponential with jitter: each wait within [0.5, 1.5] of 0.5 * 2^attempt.
+  for (size_t i = 0; i < sleeps.waits.size(); ++i) {
+    const double base = 0.5 * (1 << i);
+    EXPECT_GE(sleeps.waits[i], 0.5 * base);
+    EXPECT_LE(sleeps.waits[i], 1.5 * base);
+  }
+  EXPECT_EQ(server.requests().size(), 4u);
+}
+
+TEST(ProviderTest, SlowReplyPastTheTimeoutIsRetried) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("late"), /*delay_ms=*/1500});
+  server.Push({200, {}, OpenAiReply("on time")});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  ProviderConfig c = Config(server);
+  c.timeout_seconds = 0.4;
+  Provider p(c, http, sleeps.fn());
+  auto r = p.Complete({"s", "u", 0.5, 64});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "on time");
+  EXPECT_EQ(r->retries, 1);
+}
+
+TEST(ProviderTest, TruncatedAndMalformedBodiesAreRetried) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("cut"), 0, /*truncate=*/true});
+  server.Push({200, {}, "{\"choices\": []}"});
+  server.Push({200, {}, OpenAiReply("whole")});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server), http, sleeps.fn());
+  auto r = p.Complete({"s", "u", 0.5, 64});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "whole");
+  EXPECT_EQ(r->retries, 2);
+}
+
+TEST(ProviderTest, ClientErrorsAreNotRetried) {
+  ScriptedHttpServer server;
+  server.Push({401, {}, "bad key"});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server), http, sleeps.fn());
+  auto r = p.Complete({"s", "u", 0.5, 64});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("HTTP 401: bad key"));
+  EXPECT_TRUE(sleeps.waits.empty());
+}
+
+// --- The mutator over a real problem.
+
+constexpr char kSeed[] =
+    "__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {\n"
+    "  int i = get_global_id(0);\n"
+    "  if (i < n) c[i] = a[i] + b[i];\n"
+    "}\n";
+
+class LlmMutatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("p/problem.yaml",
+               "name: vadd\nbackend: opencl\ndescription: c = a + b\nsizes: {N: 1000}\n"
+               "buffers:\n  a: {dtype: f32, shape: [N], role: in}\n  b: {dtype: f32, shape: [N], role: in}\n"
+               "  c: {dtype: f32, shape: [N], role: out}\n"
+               "reference:\n  source: seed.cl\n  launches: [{kernel: add, global: [N], args: [a, b, c, N]}]\n"
+               "seed:\n  source: seed.cl\n  params: {WG: [32, 64]}\n"
+               "  launches: [{kernel: add, global: [\"ceil_div(N, WG) * WG\"], local: [WG], args: [a, b, c, N]}]\n");
+    dir_.Write("p/seed.cl", kSeed);
+    auto p = LoadProblem(dir_.path() + "/p");
+    ASSERT_TRUE(p.ok()) << p.status();
+    problem_ = *p;
+  }
+
+  v1::MutateRequest Request(uint64_t seed = 7) {
+    v1::MutateRequest req;
+    *req.mutable_problem() = problem_;
+    v1::Candidate parent = MakeSeedCandidate(problem_, {{"WG", 32}});
+    parent.set_id("parent");
+    auto* pc = req.add_parents();
+    *pc->mutable_candidate() = parent;
+    pc->mutable_result()->set_outcome(v1::OUTCOME_OK);
+    pc->mutable_result()->set_speedup(1.0);
+    req.set_seed(seed);
+    return req;
+  }
+
+  std::unique_ptr<LlmMutator> Mutator(ScriptedHttpServer& server) {
+    std::vector<std::unique_ptr<Provider>> providers;
+    providers.push_back(std::make_unique<Provider>(Config(server), http_, sleeps_.fn()));
+    return std::make_unique<LlmMutator>(std::move(providers), *cache_, MakeLogger("llm-test", spdlog::level::warn));
+  }
+
+  testing::TempDir dir_;
+  v1::Problem problem_;
+  CurlHttpClient http_;
+  Sleeps sleeps_;
+  std::unique_ptr<ResponseCache> cache_ = *ResponseCache::Open("");
+  SeenFn none_ = [](const std::string&) { return false; };
+};
+
+TEST_F(LlmMutatorTest, EditReplyBecomesAChildWithUsageAndIsCached) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("Vectorised:\n```c\n<<<<<<< SEARCH\n  if (i < n) c[i] = a[i] + b[i];\n=======\n"
+                                    "  if (i < n) c[i] = b[i] + a[i];\n>>>>>>> REPLACE\n```\n")});
+  auto m = Mutator(server);
+  auto r = m->Mutate(Request(), none_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->children_size(), 1) << r->message();
+  const v1::Candidate& c = r->children(0);
+  EXPECT_THAT(c.source(), HasSubstr("c[i] = b[i] + a[i];"));
+  EXPECT_EQ(c.mutator(), v1::MUTATOR_KIND_LLM);
+  EXPECT_EQ(c.params().at("WG"), 32);
+  EXPECT_EQ(c.parent_ids(0), "parent");
+  EXPECT_EQ(c.content_hash(), HashCandidate(c));
+  ASSERT_EQ(r->usage_size(), 1);
+  EXPECT_EQ(r->usage(0).input_tokens(), 100);
+  EXPECT_FALSE(r->usage(0).cache_hit());
+  // The prompt carried the rules, the problem and the parent.
+  auto body = nlohmann::json::parse(server.requests()[0].body);
+  EXPECT_THAT(body["messages"][0]["content"].get<std::string>(), HasSubstr("<<<<<<< SEARCH"));
+  EXPECT_THAT(body["messages"][1]["content"].get<std::string>(), HasSubstr("c = a + b"));
+  EXPECT_THAT(body["messages"][1]["content"].get<std::string>(), HasSubstr("WG=32"));
+
+  // Same prompt, same seed: served from the cache, the server sees nothing new.
+  auto again = m->Mutate(Request(), none_);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->children_size(), 1);
+  EXPECT_TRUE(again->usage(0).cache_hit());
+  EXPECT_EQ(server.requests().size(), 1u);
+  EXPECT_EQ(again->children(0).source(), c.source());
+}
+
+TEST_F(LlmMutatorTest, EditsThatDoNotApplyTriggerOneWholeFileRetry) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("<<<<<<< SEARCH\nthis line is not in the parent\n=======\nx\n>>>>>>> REPLACE\n")});
+  server.Push({200, {}, OpenAiReply(std::string("```c\n") + kSeed + "// rewritten\n```\n")});
+  auto m = Mutator(server);
+  auto r = m->Mutate(Request(), none_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->children_size(), 1) << r->message();
+  EXPECT_THAT(r->children(0).source(), HasSubstr("// rewritten"));
+  ASSERT_EQ(server.requests().size(), 2u);
+  auto second = nlohmann::json::parse(server.requests()[1].body);
+  EXPECT_THAT(second["messages"][1]["content"].get<std::string>(), HasSubstr("did not apply"));
+  EXPECT_EQ(r->usage_size(), 2);
+}
+
+TEST_F(LlmMutatorTest, NewLaunchPlanFromTheModel) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("Bigger groups:\n```yaml\nlaunches:\n  - {kernel: add, global: [\"ceil_div(N, 128) * 128\"], "
+                                    "local: [128], args: [a, b, c, N]}\n```\n")});
+  auto r = Mutator(server)->Mutate(Request(), none_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->children_size(), 1) << r->message();
+  ASSERT_EQ(r->children(0).plan().launches_size(), 1);
+  EXPECT_EQ(r->children(0).plan().launches(0).local(0), "128");
+}
+
+TEST_F(LlmMutatorTest, FailuresAreRecordedWithTheirReason) {
+  {
+    ScriptedHttpServer server;
+    server.Push({200, {}, OpenAiReply("I cannot improve this kernel.")});
+    auto r = Mutator(server)->Mutate(Request(1), none_);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->children_size(), 0);
+    EXPECT_THAT(r->message(), HasSubstr("unusable model reply"));
+    EXPECT_EQ(r->usage_size(), 1);  // the call was paid for
+  }
+  {
+    ScriptedHttpServer server;
+    server.Push({200, {}, OpenAiReply("```yaml\nlaunches:\n  - {kernel: add, global: [M], args: [a, b, c, N]}\n```\n")});
+    auto r = Mutator(server)->Mutate(Request(2), none_);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->children_size(), 0);
+    EXPECT_THAT(r->message(), HasSubstr("unusable launch plan"));
+    EXPECT_THAT(r->message(), HasSubstr("undefined name 'M'"));
+  }
+  {
+    ScriptedHttpServer server;
+    server.Push({403, {}, "forbidden"});
+    auto r = Mutator(server)->Mutate(Request(3), none_);
+    ASSERT_TRUE(r.ok());
+    EXPECT_THAT(r->message(), HasSubstr("model call failed"));
+    EXPECT_THAT(r->message(), HasSubstr("HTTP 403"));
+  }
+}
+
+TEST_F(LlmMutatorTest, MixedMutatorFallsBackToTheKnobTuner) {
+  ScriptedHttpServer server;
+  server.Push({400, {}, "bad request"});
+  auto llm = Mutator(server);
+  ParametricMutator parametric;
+  MixedMutator mixed(parametric, llm.get(), /*llm_probability=*/1.0);
+  auto r = mixed.Mutate(Request(), none_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->children_size(), 1);
+  EXPECT_EQ(r->children(0).mutator(), v1::MUTATOR_KIND_PARAMETRIC);
+  EXPECT_THAT(r->message(), HasSubstr("fell back to the parametric mutator"));
+  // Probability 0 never calls the model.
+  MixedMutator never(parametric, llm.get(), 0.0);
+  ASSERT_TRUE(never.Mutate(Request(9), none_).ok());
+  EXPECT_EQ(server.requests().size(), 1u);
+}
+
+TEST_F(LlmMutatorTest, RecordReplayFileServesARerunWithoutTheModel) {
+  const std::string file = dir_.path() + "/replies.jsonl";
+  {
+    ScriptedHttpServer server;
+    server.Push({200, {}, OpenAiReply(std::string("```c\n") + kSeed + "// v2\n```\n")});
+    auto cache = ResponseCache::Open(file);
+    ASSERT_TRUE(cache.ok());
+    std::vector<std::unique_ptr<Provider>> providers;
+    providers.push_back(std::make_unique<Provider>(Config(server), http_, sleeps_.fn()));
+    LlmMutator m(std::move(providers), **cache, MakeLogger("llm-test", spdlog::level::warn));
+    ASSERT_EQ(m.Mutate(Request(), none_)->children_size(), 1);
+  }
+  ScriptedHttpServer silent;  // answers nothing useful: every call would fail
+  auto cache = ResponseCache::Open(file);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::vector<std::unique_ptr<Provider>> providers;
+  providers.push_back(std::make_unique<Provider>(Config(silent), http_, sleeps_.fn()));
+  LlmMutator m(std::move(providers), **cache, MakeLogger("llm-test", spdlog::level::warn));
+  auto r = m.Mutate(Request(), none_);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->children_size(), 1) << r->message();
+  EXPECT_THAT(r->children(0).source(), HasSubstr("// v2"));
+  EXPECT_TRUE(silent.requests().empty());
+}
+
+TEST(LlmConfigTest, LoadsProvidersAndReportsBadKeys) {
+  testing::TempDir dir;
+  setenv("KFORGE_TEST_LLM_KEY", "sk-from-env", 1);
+  auto ok = LoadLlmConfig(dir.Write("ok.yaml",
+                                    "probability: 0.5\nproviders:\n"
+                                    "  - {name: local, kind: openai, base_url: \"http://127.0.0.1:1/v1\", model: m, "
+                                    "api_key_env: KFORGE_TEST_LLM_KEY, weight: 2}\n"
+                                    "  - {kind: anthropic, base_url: \"http://127.0.0.1:2\", model: c}\n"));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_DOUBLE_EQ(ok->probability, 0.5);
+  ASSERT_EQ(ok->providers.size(), 2u);
+  EXPECT_EQ(ok->providers[0].api_key, "sk-from-env");
+  EXPECT_EQ(ok->providers[1].name, "c");
+  auto bad = LoadLlmConfig(dir.Write("bad.yaml", "providers:\n  - {kind: gemini, base_url: x, model: m}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bad.yaml:2"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unknown provider kind 'gemini'"));
+  auto nokey = LoadLlmConfig(dir.Write("nokey.yaml",
+                                       "providers:\n  - {kind: openai, base_url: x, model: m, api_key_env: NOPE_NOT_SET}\n"));
+  ASSERT_FALSE(nokey.ok());
+  EXPECT_THAT(std::string(nokey.status().message()), HasSubstr("NOPE_NOT_SET is not set"));
+}
+
+TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
+  ScriptedHttpServer server;
+  // Every call gets the same correct whole-file rewrite; later ones are repeats (seen), so the
+  // run falls back to the knob tuner for them.
+  const std::string rewrite =
+      "__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {\n"
+      "  int i = get_global_id(0);\n"
+      "  if (i < n) c[i] = b[i] + a[i];\n"
+      "}\n";
+  for (int i = 0; i < 8; ++i) server.Push({200, {}, OpenAiReply("```c\n" + rewrite + "```\n")});
+  testing::TempDir dir;
+  dir.Write("p/problem.yaml",
+            "name: vadd\nbackend: opencl\nsizes: {N: 4096}\n"
+            "buffers:\n  a: {dtype: f32, shape: [N], role: in}\n  b: {dtype: f32, shape: [N], role: in}\n"
+            "  c: {dtype: f32, shape: [N], role: out}\n"
+            "reference:\n  source: seed.cl\n  launches: [{kernel: add, global: [N], local: [64], args: [a, b, c, N]}]\n"
+            "seed:\n  source: seed.cl\n  params: {WG: [32, 64, 128]}\n"
+            "  launches: [{kernel: add, global: [N], local: [WG], args: [a, b, c, N]}]\n");
+  dir.Write("p/seed.cl", kSeed);
+  const std::string cfg = dir.Write("llm.yaml", "probability: 1.0\nproviders:\n  - {kind: openai, base_url: \"" +
+                                                    server.url() + "/v1\", model: scripted, timeout_seconds: 5}\n");
+  auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
+                               {"run", dir.path() + "/p", "--budget", "4", "--llm", cfg, "--db", dir.path() + "/k.db",
+                                "--out", dir.path() + "/out", "--timeout", "20"});
+  if (r.exit_code == 1 && r.err.find("not available") != std::string::npos) GTEST_SKIP() << "no OpenCL device";
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("mutator: llm (scripted)"));
+  EXPECT_GE(server.requests().size(), 1u);
+  const std::string report = dir.Read("out/report.json");
+  EXPECT_THAT(report, HasSubstr("MUTATOR_KIND_LLM"));
+}
+
+}  // namespace
+}  // namespace kforge::llm
