@@ -24,6 +24,7 @@
 #include "services/gpu-worker/queue_worker.h"
 #include "services/llm-proxy/llm_mutator.h"
 #include "services/llm-proxy/parametric_mutator.h"
+#include "services/llm-proxy/proxy_service.h"
 
 namespace kforge::cli {
 
@@ -98,7 +99,15 @@ int RunJob(const RunArgs& args) {
     mutator_line = absl::StrFormat("mutator: llm (%s) for %.0f%% of mutations, parametric for the rest", names,
                                    100 * llm_probability);
   }
-  llm::MixedMutator mutator(parametric, llm_mutator.get(), llm_probability);
+  llm::MixedMutator mixed(parametric, llm_mutator.get(), llm_probability);
+  std::unique_ptr<llm::RemoteMutator> remote;
+  if (!args.llm_proxy.empty()) {
+    if (!args.llm_config.empty()) return BadInput("give --llm or --llm-proxy, not both");
+    remote = std::make_unique<llm::RemoteMutator>(
+        grpc::CreateChannel(args.llm_proxy, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/600);
+    mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
+  }
+  Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);
   coordinator::JobRunner runner(**store, queue, mutator, clock, log, {.slots = args.workers});
 
   std::string job_id = args.job_id;

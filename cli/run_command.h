@@ -21,6 +21,7 @@ struct RunArgs {
   double timeout_seconds = 60; // per sandboxed run
   bool quiet = false;
   std::string llm_config;      // LLM providers YAML; "" = parametric mutator only
+  std::string llm_proxy;       // host:port of a kforge-llm-proxy to mutate remotely
   int64_t max_llm_tokens = 0;
   double max_llm_cost = 0;
 };

@@ -25,6 +25,8 @@ class Mutator {
   // space is exhausted. Errors only for malformed requests.
   [[nodiscard]] virtual absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request,
                                                                   const SeenFn& seen) = 0;
+  // A remote mutator cannot call SeenFn: the caller then lists the hashes in the request.
+  virtual bool WantsSeenHashes() const { return false; }
 };
 
 }  // namespace kforge

@@ -175,6 +175,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       req.set_seed(engine.MutationSeed(seq));
       req.set_count(1);
       req.set_strategy(sel.strategy);
+      if (mutator_.WantsSeenHashes()) {
+        for (const auto& h : seen) req.add_seen_hashes(h);
+      }
       if (sel.parents.empty()) {
         // No candidate has succeeded yet: mutate the seed itself.
         *req.add_parents()->mutable_candidate() = cands.front();

@@ -67,6 +67,9 @@ class MixedMutator final : public Mutator {
   MixedMutator(Mutator& parametric, Mutator* llm, double llm_probability)
       : parametric_(parametric), llm_(llm), probability_(llm == nullptr ? 0 : llm_probability) {}
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+  bool WantsSeenHashes() const override {
+    return parametric_.WantsSeenHashes() || (llm_ != nullptr && llm_->WantsSeenHashes());
+  }
 
  private:
   Mutator& parametric_;

@@ -1,0 +1,72 @@
+// kforge-llm-proxy over gRPC: the service in-process with a real client, and the real binaries
+// (kforge run --llm-proxy against a running kforge-llm-proxy).
+
+#include <set>
+
+#include "common/launch.h"
+#include "common/param_space.h"
+#include "common/problem_loader.h"
+#include "common/server_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/llm-proxy/parametric_mutator.h"
+#include "services/llm-proxy/proxy_service.h"
+#include "tests/testutil/background_process.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::llm {
+namespace {
+
+TEST(LlmProxyServiceTest, RemoteMutationsHonourTheSeenHashes) {
+  auto problem = LoadProblem(testing::SourceDir() + "/examples/opencl/matmul");
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  ParametricMutator parametric;
+  LlmProxyServiceImpl service(parametric);
+  auto server = StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  RemoteMutator remote(grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port), grpc::InsecureChannelCredentials()),
+                       10);
+  EXPECT_TRUE(remote.WantsSeenHashes());
+  auto space = ParamSpace::Create(*problem);
+  v1::Candidate seed = MakeSeedCandidate(*problem, *space->DefaultAssignment());
+  seed.set_id("seed");
+  std::set<std::string> seen = {seed.content_hash()};
+  for (int i = 0; i < 15; ++i) {
+    v1::MutateRequest req;
+    *req.mutable_problem() = *problem;
+    *req.add_parents()->mutable_candidate() = seed;
+    req.set_seed(static_cast<uint64_t>(i + 1));
+    for (const auto& h : seen) req.add_seen_hashes(h);
+    auto r = remote.Mutate(req, [&](const std::string& h) { return seen.contains(h); });
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->children_size(), 1) << r->message();
+    const auto& c = r->children(0);
+    EXPECT_FALSE(seen.contains(c.content_hash())) << "re-proposed a seen candidate";
+    auto valid = space->IsValid(ParamAssignment(c.params().begin(), c.params().end()));
+    EXPECT_TRUE(valid.ok() && *valid);
+    seen.insert(c.content_hash());
+  }
+  server->server->Shutdown();
+}
+
+TEST(LlmProxyServiceTest, KforgeRunAgainstARunningProxy) {
+  testing::TempDir dir;
+  testing::BackgroundProcess proxy(testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
+                                   {"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
+                                                                        "metrics_listen: \"127.0.0.1:0\"}\n")});
+  const std::string line = proxy.WaitForLine("listening ", 30);
+  ASSERT_FALSE(line.empty()) << "the proxy did not start";
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc_port, &metrics_port), 2);
+  auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
+                               {"run", testing::SourceDir() + "/examples/replay/pnpoly", "--budget", "15", "--llm-proxy",
+                                "127.0.0.1:" + std::to_string(grpc_port), "--db", dir.path() + "/k.db", "--out",
+                                dir.path() + "/out"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("remote kforge-llm-proxy"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("15 evaluations"));
+}
+
+}  // namespace
+}  // namespace kforge::llm
