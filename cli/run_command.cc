@@ -95,6 +95,9 @@ int RunJob(const RunArgs& args) {
       absl::StrAppend(&names, names.empty() ? "" : ", ", p.name);
     }
     llm_mutator = std::make_unique<llm::LlmMutator>(std::move(providers), *llm_cache, log);
+    if (absl::Status st = llm_mutator->CheckPromptFits(*problem); !st.ok()) {
+      return BadInput(absl::StrCat(args.llm_config, ": ", st.message()));
+    }
     llm_probability = cfg->probability;
     mutator_line = absl::StrFormat("mutator: llm (%s) for %.0f%% of mutations, parametric for the rest", names,
                                    100 * llm_probability);

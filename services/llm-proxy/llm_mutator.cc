@@ -69,7 +69,8 @@ absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
     KF_RETURN_IF_ERROR(item.CheckKeys({"name", "kind", "base_url", "model", "api_key_env", "api_key_file",
                                        "headers", "weight", "temperature", "max_output_tokens", "context_tokens",
                                        "timeout_seconds", "max_retries", "input_usd_per_mtok",
-                                       "output_usd_per_mtok"}));
+                                       "output_usd_per_mtok", "max_concurrency", "requests_per_minute",
+                                       "tokens_per_minute"}));
     ProviderConfig p;
     KF_ASSIGN_OR_RETURN(p.kind, item.Child("kind").AsString());
     if (p.kind != "openai" && p.kind != "anthropic") {
@@ -103,7 +104,7 @@ absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
       return absl::OkStatus();
     };
     double max_out = static_cast<double>(p.max_output_tokens), ctx = static_cast<double>(p.context_tokens),
-           retries = p.max_retries;
+           retries = p.max_retries, conc = p.max_concurrency;
     KF_RETURN_IF_ERROR(num("weight", &p.weight, 0, 1e6));
     KF_RETURN_IF_ERROR(num("temperature", &p.temperature, 0, 2));
     KF_RETURN_IF_ERROR(num("max_output_tokens", &max_out, 16, 1e6));
@@ -112,6 +113,10 @@ absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
     KF_RETURN_IF_ERROR(num("max_retries", &retries, 0, 20));
     KF_RETURN_IF_ERROR(num("input_usd_per_mtok", &p.input_usd_per_mtok, 0, 1e4));
     KF_RETURN_IF_ERROR(num("output_usd_per_mtok", &p.output_usd_per_mtok, 0, 1e4));
+    KF_RETURN_IF_ERROR(num("max_concurrency", &conc, 1, 1024));
+    KF_RETURN_IF_ERROR(num("requests_per_minute", &p.requests_per_minute, 0, 1e7));
+    KF_RETURN_IF_ERROR(num("tokens_per_minute", &p.tokens_per_minute, 0, 1e10));
+    p.max_concurrency = static_cast<int>(conc);
     p.max_output_tokens = static_cast<int64_t>(max_out);
     p.context_tokens = static_cast<int64_t>(ctx);
     p.max_retries = static_cast<int>(retries);
@@ -147,6 +152,29 @@ absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::strin
   usage->set_retries(r->retries);
   cache_.Put(key, r->text);
   return r->text;
+}
+
+absl::Status LlmMutator::CheckPromptFits(const v1::Problem& problem) const {
+  v1::MutateRequest req;
+  *req.mutable_problem() = problem;
+  auto* parent = req.add_parents();
+  parent->mutable_candidate()->set_source(problem.seed().source());
+  *parent->mutable_candidate()->mutable_params() = {};
+  parent->mutable_result()->set_outcome(v1::OUTCOME_COMPILE_ERROR);
+  parent->mutable_result()->set_message(std::string(2048, 'x'));  // the longest feedback a worker sends
+  for (const auto& p : providers_) {
+    const int64_t budget = p->config().context_tokens - p->config().max_output_tokens;
+    for (bool whole : {false, true}) {
+      auto prompt = BuildPrompt(req, budget, whole, std::string(200, 'x'));
+      if (!prompt.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat("provider ", p->config().name, " (context ",
+                                                          p->config().context_tokens, " tokens, ",
+                                                          p->config().max_output_tokens, " for the reply): ",
+                                                          prompt.status().message()));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {

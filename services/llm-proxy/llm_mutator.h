@@ -52,6 +52,10 @@ class LlmMutator final : public Mutator {
   LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log);
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
   size_t provider_count() const { return providers_.size(); }
+  // At job start: the prompt for a parent as large as the seed (with a worst-case feedback
+  // message), and the whole-file retry, must fit every provider's context. The error names the
+  // provider and the sizes.
+  [[nodiscard]] absl::Status CheckPromptFits(const v1::Problem& problem) const;
 
  private:
   absl::StatusOr<std::string> Ask(Provider& provider, const std::string& system, const std::string& user,

@@ -10,8 +10,49 @@
 
 namespace kforge::llm {
 
-Provider::Provider(ProviderConfig config, HttpClient& http, SleepFn sleep, uint64_t jitter_seed)
-    : config_(std::move(config)), http_(http), sleep_(std::move(sleep)), rng_(jitter_seed) {}
+namespace {
+double SteadyNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+RateLimiter::RateLimiter(int max_concurrency, double rpm, double tpm, NowFn now, SleepFn sleep)
+    : max_concurrency_(std::max(1, max_concurrency)), rpm_(rpm), tpm_(tpm), now_(std::move(now)),
+      sleep_(std::move(sleep)) {}
+
+void RateLimiter::Acquire(int64_t tokens) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return in_flight_ < max_concurrency_; });
+  ++in_flight_;
+  while (true) {
+    const double now = now_();
+    while (!window_.empty() && window_.front().first <= now - 60.0) window_.pop_front();
+    int64_t used = 0;
+    for (const auto& [t, n] : window_) used += n;
+    const bool requests_ok = rpm_ <= 0 || static_cast<double>(window_.size()) + 1 <= rpm_;
+    // A single call larger than the whole budget still goes through once the window is empty.
+    const bool tokens_ok = tpm_ <= 0 || window_.empty() || static_cast<double>(used + tokens) <= tpm_;
+    if (requests_ok && tokens_ok) {
+      window_.emplace_back(now, tokens);
+      return;
+    }
+    const double wait = window_.front().first + 60.0 - now;
+    lock.unlock();
+    sleep_(std::max(wait, 0.001));
+    lock.lock();
+  }
+}
+
+void RateLimiter::Release() {
+  std::lock_guard<std::mutex> lock(mu_);
+  --in_flight_;
+  cv_.notify_one();
+}
+
+Provider::Provider(ProviderConfig config, HttpClient& http, SleepFn sleep, uint64_t jitter_seed, NowFn now)
+    : config_(std::move(config)), http_(http), sleep_(sleep), rng_(jitter_seed),
+      limiter_(config_.max_concurrency, config_.requests_per_minute, config_.tokens_per_minute,
+               now ? std::move(now) : NowFn(SteadyNow), sleep) {}
 
 std::string Provider::Url() const {
   std::string base = config_.base_url;
@@ -86,9 +127,13 @@ absl::StatusOr<ChatResult> Provider::Complete(const ChatRequest& request) {
   const auto headers = Headers();
   absl::Status last;
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t token_estimate = static_cast<int64_t>(request.system.size() + request.user.size()) / 4 +
+                                 request.max_output_tokens;
   for (int attempt = 0; attempt <= config_.max_retries; ++attempt) {
     double retry_after = -1;
+    limiter_.Acquire(token_estimate);
     auto resp = http_.Post(url, headers, body, config_.timeout_seconds);
+    limiter_.Release();
     if (resp.ok() && resp->status == 200) {
       auto parsed = Parse(resp->body);
       if (parsed.ok()) {
@@ -112,7 +157,12 @@ absl::StatusOr<ChatResult> Provider::Complete(const ChatRequest& request) {
     }
     if (attempt == config_.max_retries) break;
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    const double backoff = std::min(30.0, 0.5 * std::pow(2.0, attempt)) * jitter(rng_);
+    double j;
+    {
+      std::lock_guard<std::mutex> lock(rng_mu_);
+      j = jitter(rng_);
+    }
+    const double backoff = std::min(30.0, 0.5 * std::pow(2.0, attempt)) * j;
     sleep_(retry_after >= 0 ? retry_after : backoff);
   }
   return absl::Status(last.code(), absl::StrCat(config_.name, ": giving up after ", config_.max_retries + 1,

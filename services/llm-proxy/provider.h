@@ -5,7 +5,10 @@
 // truncated bodies with jittered exponential backoff, honouring Retry-After; per-call token and
 // cost accounting.
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <functional>
 #include <map>
 #include <random>
@@ -32,6 +35,9 @@ struct ProviderConfig {
   int max_retries = 4;
   double input_usd_per_mtok = 0;
   double output_usd_per_mtok = 0;
+  int max_concurrency = 4;          // calls in flight at once
+  double requests_per_minute = 0;   // 0 = unlimited
+  double tokens_per_minute = 0;     // prompt + completion estimate; 0 = unlimited
 };
 
 struct ChatRequest {
@@ -52,10 +58,31 @@ struct ChatResult {
 
 // Waits between retries; injectable so tests need not sleep.
 using SleepFn = std::function<void(double seconds)>;
+// Seconds on a monotonic clock; injectable with the sleep for tests of the rate limit.
+using NowFn = std::function<double()>;
+
+// Requests and tokens per minute over a sliding 60 s window, plus a cap on calls in flight.
+class RateLimiter {
+ public:
+  RateLimiter(int max_concurrency, double requests_per_minute, double tokens_per_minute, NowFn now, SleepFn sleep);
+  // Blocks until a call of about `tokens` may start; pair with Release().
+  void Acquire(int64_t tokens);
+  void Release();
+
+ private:
+  const int max_concurrency_;
+  const double rpm_, tpm_;
+  NowFn now_;
+  SleepFn sleep_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;
+  std::deque<std::pair<double, int64_t>> window_;  // (start time, tokens)
+};
 
 class Provider {
  public:
-  Provider(ProviderConfig config, HttpClient& http, SleepFn sleep, uint64_t jitter_seed = 1);
+  Provider(ProviderConfig config, HttpClient& http, SleepFn sleep, uint64_t jitter_seed = 1, NowFn now = nullptr);
   const ProviderConfig& config() const { return config_; }
   // Errors keep the last reason: "HTTP 500 after 5 attempts: ...", "malformed response: ...".
   [[nodiscard]] absl::StatusOr<ChatResult> Complete(const ChatRequest& request);
@@ -70,6 +97,8 @@ class Provider {
   HttpClient& http_;
   SleepFn sleep_;
   std::mt19937_64 rng_;
+  std::mutex rng_mu_;
+  RateLimiter limiter_;
 };
 
 }  // namespace kforge::llm

@@ -3,6 +3,8 @@
 // edits that do not apply, 429 with Retry-After, 500s, slow replies past the timeout, truncated
 // bodies. A real model cannot be reached from tests.
 
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "common/hash.h"
@@ -406,6 +408,101 @@ TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
   EXPECT_GE(server.requests().size(), 1u);
   const std::string report = dir.Read("out/report.json");
   EXPECT_THAT(report, HasSubstr("MUTATOR_KIND_LLM"));
+}
+
+}  // namespace
+}  // namespace kforge::llm
+
+namespace kforge::llm {
+namespace {
+
+struct FakeTime {
+  double now = 0;
+  std::vector<double> sleeps;
+  NowFn now_fn() {
+    return [this] { return now; };
+  }
+  SleepFn sleep_fn() {
+    return [this](double s) {
+      sleeps.push_back(s);
+      now += s;
+    };
+  }
+};
+
+TEST(RateLimiterTest, RequestsPerMinute) {
+  FakeTime t;
+  RateLimiter lim(8, /*rpm=*/2, /*tpm=*/0, t.now_fn(), t.sleep_fn());
+  lim.Acquire(10);
+  lim.Release();
+  t.now = 5;
+  lim.Acquire(10);
+  lim.Release();
+  EXPECT_TRUE(t.sleeps.empty());
+  lim.Acquire(10);  // the third call in the minute waits until the first leaves the window
+  lim.Release();
+  ASSERT_EQ(t.sleeps.size(), 1u);
+  EXPECT_NEAR(t.now, 60.0, 1e-6);
+}
+
+TEST(RateLimiterTest, TokensPerMinute) {
+  FakeTime t;
+  RateLimiter lim(8, 0, /*tpm=*/1000, t.now_fn(), t.sleep_fn());
+  lim.Acquire(600);
+  lim.Release();
+  lim.Acquire(600);
+  lim.Release();
+  EXPECT_NEAR(t.now, 60.0, 1e-6);
+  lim.Acquire(5000);  // larger than the budget: alone in a window, it goes through
+  lim.Release();
+}
+
+TEST(RateLimiterTest, ConcurrencyCap) {
+  RateLimiter lim(1, 0, 0, [] { return 0.0; }, [](double) {});
+  lim.Acquire(1);
+  std::atomic<bool> second_started{false};
+  std::thread other([&] {
+    lim.Acquire(1);
+    second_started = true;
+    lim.Release();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(second_started.load());
+  lim.Release();
+  other.join();
+  EXPECT_TRUE(second_started.load());
+}
+
+TEST(PromptFitTest, TooSmallAContextIsRefusedAtJobStart) {
+  testing::TempDir dir;
+  dir.Write("p/problem.yaml",
+            "name: vadd\nbackend: opencl\nsizes: {N: 16}\n"
+            "buffers:\n  a: {dtype: f32, shape: [N], role: in}\n  c: {dtype: f32, shape: [N], role: out}\n"
+            "reference:\n  source: k.cl\n  launches: [{kernel: k, global: [N], args: [a, c, N]}]\n"
+            "seed:\n  source: k.cl\n  launches: [{kernel: k, global: [N], args: [a, c, N]}]\n");
+  dir.Write("p/k.cl", "__kernel void k(__global const float* a, __global float* c, int n) { c[get_global_id(0)] = a[get_global_id(0)]; }\n");
+  auto problem = LoadProblem(dir.path() + "/p");
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  CurlHttpClient http;
+  auto make = [&](int64_t context) {
+    ProviderConfig c;
+    c.name = "tiny";
+    c.kind = "openai";
+    c.base_url = "http://127.0.0.1:1/v1";
+    c.model = "m";
+    c.context_tokens = context;
+    c.max_output_tokens = 256;
+    std::vector<std::unique_ptr<Provider>> ps;
+    ps.push_back(std::make_unique<Provider>(c, http, [](double) {}));
+    return ps;
+  };
+  auto cache = *ResponseCache::Open("");
+  LlmMutator small(make(700), *cache, MakeLogger("fit", spdlog::level::warn));
+  absl::Status st = small.CheckPromptFits(*problem);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("provider tiny (context 700 tokens"));
+  LlmMutator big(make(32768), *cache, MakeLogger("fit", spdlog::level::warn));
+  EXPECT_TRUE(big.CheckPromptFits(*problem).ok());
 }
 
 }  // namespace
