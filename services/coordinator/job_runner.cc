@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "common/dtype.h"
 #include "common/hash.h"
 #include "common/param_space.h"
@@ -194,11 +195,26 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       }
       KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
                           mutator_.Mutate(req, [&](const std::string& h) { return seen.contains(h); }));
-      // Model calls are paid for whether or not they produced a child.
+      // Model calls are paid for whether or not they produced a child: account for them, and keep
+      // every call and every failure reason in the job's event log.
       for (const auto& u : resp.usage()) {
         auto* prog = job.mutable_progress();
         prog->set_llm_tokens(prog->llm_tokens() + u.input_tokens() + u.output_tokens());
         prog->set_llm_cost_usd(prog->llm_cost_usd() + u.cost_usd());
+      }
+      if (resp.usage_size() > 0 || !resp.message().empty()) {
+        nlohmann::json rec = {{"proposal", seq}, {"message", resp.message()}};
+        for (const auto& u : resp.usage()) {
+          rec["llm_calls"].push_back({{"provider", u.provider()}, {"model", u.model()},
+                                      {"input_tokens", u.input_tokens()}, {"output_tokens", u.output_tokens()},
+                                      {"cost_usd", u.cost_usd()}, {"latency_seconds", u.latency_seconds()},
+                                      {"cache_hit", u.cache_hit()}, {"retries", u.retries()}});
+        }
+        v1::JobEvent ev;
+        ev.set_job_id(job_id);
+        SetTime(ev.mutable_time(), clock_.WallSeconds());
+        ev.set_message(rec.dump());
+        (void)store_.AppendEvent(ev);
       }
       if (resp.children().empty()) {
         stop_reason = resp.message().empty() ? "the mutator proposed nothing" : resp.message();

@@ -11,6 +11,7 @@
 #include "common/launch.h"
 #include "common/logging.h"
 #include "common/problem_loader.h"
+#include "common/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -408,6 +409,22 @@ TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
   EXPECT_GE(server.requests().size(), 1u);
   const std::string report = dir.Read("out/report.json");
   EXPECT_THAT(report, HasSubstr("MUTATOR_KIND_LLM"));
+  // Every model call is in the job's event log with its accounting.
+  auto store = SqliteStore::Open(dir.path() + "/k.db");
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->ListJobs({});
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  auto events = (*store)->ListEvents(jobs->front().id(), 0);
+  ASSERT_TRUE(events.ok());
+  int calls = 0;
+  for (const auto& e : *events) {
+    if (e.event_case() != v1::JobEvent::kMessage) continue;
+    auto j = nlohmann::json::parse(e.message(), nullptr, false);
+    if (!j.is_discarded() && j.contains("llm_calls")) calls += static_cast<int>(j["llm_calls"].size());
+  }
+  EXPECT_EQ(calls, static_cast<int>(server.requests().size()));
+  EXPECT_GT(jobs->front().progress().llm_tokens(), 0);
 }
 
 }  // namespace
