@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/gpu-worker/evaluator.h"
+#include "tests/integration/hostile_fixture.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge::worker {
@@ -53,77 +54,18 @@ std::string Kernel(const std::string& body) {
          "  int i = get_global_id(0);\n" + body + "\n}\n";
 }
 
-class HostileKernelsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir();
-    dir_->Write("vadd/problem.yaml", kProblem);
-    dir_->Write("vadd/reference.cl", kReference);
-    dir_->Write("vadd/seed.cl", kSeed);
-    auto p = LoadProblem(dir_->path() + "/vadd");
-    ASSERT_TRUE(p.ok()) << p.status();
-    problem_ = new v1::Problem(*p);
-    EvaluatorOptions opts;
-    opts.sandbox.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
-    opts.run_timeout_seconds = 4;
-    opts.warmup = 1;
-    opts.min_samples = 4;
-    opts.max_samples = 20;
-    opts.min_bench_seconds = 0.005;
-    clock_ = new RealClock();
-    evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
-  }
-  static void TearDownTestSuite() {
-    delete evaluator_;
-    delete clock_;
-    delete problem_;
-    delete dir_;
-  }
-  void SetUp() override {
-    const v1::HelloResponse hello = evaluator_->Probe(v1::BACKEND_OPENCL);
-    if (!hello.available()) GTEST_SKIP() << "no OpenCL device: " << hello.unavailable_reason();
-  }
-
-  static v1::EvaluationResult Eval(const std::string& source, const v1::LaunchPlan* plan = nullptr) {
-    v1::Candidate c = MakeSeedCandidate(*problem_, {{"WG", 64}});
-    c.set_id("hostile");
-    c.set_source(source);
-    if (plan != nullptr) *c.mutable_plan() = *plan;
-    v1::EvaluationRequest req;
-    *req.mutable_problem() = *problem_;
-    *req.mutable_candidate() = c;
-    return evaluator_->Evaluate(req);
-  }
-
-  static std::string Json(const v1::EvaluationResult& r) {
-    std::string out;
-    (void)google::protobuf::util::MessageToJsonString(r, &out);
-    return out;
-  }
-
-  // The worker carries on: an honest candidate still evaluates fine.
-  static void ExpectHealthy() {
-    v1::EvaluationResult r = Eval(kSeed);
-    EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << Json(r);
-  }
-
-  static v1::LaunchPlan Plan(const std::string& yaml) {
-    const std::string path = dir_->Write("plan.yaml", yaml);
-    auto plan = LoadLaunchPlanFile(*problem_, path);
-    EXPECT_TRUE(plan.ok()) << plan.status();
-    return plan.ok() ? *plan : v1::LaunchPlan();
-  }
-
-  static testing::TempDir* dir_;
-  static v1::Problem* problem_;
-  static Clock* clock_;
-  static Evaluator* evaluator_;
+struct Spec {
+  static constexpr const char* kProblem = ::kforge::worker::kProblem;
+  static constexpr const char* kReference = ::kforge::worker::kReference;
+  static constexpr const char* kSeed = ::kforge::worker::kSeed;
+  static constexpr const char* kExt = ".cl";
+  static constexpr v1::Backend kBackend = v1::BACKEND_OPENCL;
+  static constexpr const char* kParam = "WG";
+  static constexpr int64_t kParamValue = 64;
+  static constexpr double kTimeoutSeconds = 4;
 };
 
-testing::TempDir* HostileKernelsTest::dir_ = nullptr;
-v1::Problem* HostileKernelsTest::problem_ = nullptr;
-Clock* HostileKernelsTest::clock_ = nullptr;
-Evaluator* HostileKernelsTest::evaluator_ = nullptr;
+using HostileKernelsTest = HostileFixture<Spec>;
 
 TEST_F(HostileKernelsTest, HonestSeedPasses) {
   v1::EvaluationResult r = Eval(kSeed);

@@ -1,0 +1,91 @@
+#pragma once
+
+// Shared fixture of the hostile-kernel catalogues (OpenCL and CUDA): one problem written to a
+// temporary folder, one Evaluator (and so one sandbox) for the whole suite, and helpers.
+// `Spec` provides: kProblem, kReference, kSeed, kExt (".cl"/".cu"), kBackend, kParam, kParamValue,
+// kTimeoutSeconds.
+
+#include <string>
+
+#include "common/clock.h"
+#include "common/dtype.h"
+#include "common/launch.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "services/gpu-worker/evaluator.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::worker {
+
+template <typename Spec>
+class HostileFixture : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    dir_->Write("vadd/problem.yaml", Spec::kProblem);
+    dir_->Write(std::string("vadd/reference") + Spec::kExt, Spec::kReference);
+    dir_->Write(std::string("vadd/seed") + Spec::kExt, Spec::kSeed);
+    auto p = LoadProblem(dir_->path() + "/vadd");
+    ASSERT_TRUE(p.ok()) << p.status();
+    problem_ = new v1::Problem(*p);
+    EvaluatorOptions opts;
+    opts.sandbox.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+    opts.run_timeout_seconds = Spec::kTimeoutSeconds;
+    opts.warmup = 1;
+    opts.min_samples = 4;
+    opts.max_samples = 20;
+    opts.min_bench_seconds = 0.005;
+    clock_ = new RealClock();
+    evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
+  }
+  static void TearDownTestSuite() {
+    delete evaluator_;
+    delete clock_;
+    delete problem_;
+    delete dir_;
+  }
+  void SetUp() override {
+    const v1::HelloResponse hello = evaluator_->Probe(Spec::kBackend);
+    if (!hello.available()) {
+      GTEST_SKIP() << "no " << BackendName(Spec::kBackend) << " device: " << hello.unavailable_reason();
+    }
+  }
+
+  static v1::EvaluationResult Eval(const std::string& source, const v1::LaunchPlan* plan = nullptr) {
+    v1::Candidate c = MakeSeedCandidate(*problem_, {{Spec::kParam, Spec::kParamValue}});
+    c.set_id("hostile");
+    c.set_source(source);
+    if (plan != nullptr) *c.mutable_plan() = *plan;
+    v1::EvaluationRequest req;
+    *req.mutable_problem() = *problem_;
+    *req.mutable_candidate() = c;
+    return evaluator_->Evaluate(req);
+  }
+
+  static std::string Json(const v1::EvaluationResult& r) {
+    std::string out;
+    (void)google::protobuf::util::MessageToJsonString(r, &out);
+    return out;
+  }
+
+  // The worker carries on: an honest candidate still evaluates fine.
+  static void ExpectHealthy() {
+    v1::EvaluationResult r = Eval(Spec::kSeed);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << Json(r);
+  }
+
+  static v1::LaunchPlan Plan(const std::string& yaml) {
+    auto plan = LoadLaunchPlanFile(*problem_, dir_->Write("plan.yaml", yaml));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *plan : v1::LaunchPlan();
+  }
+
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline v1::Problem* problem_ = nullptr;
+  static inline Clock* clock_ = nullptr;
+  static inline Evaluator* evaluator_ = nullptr;
+};
+
+}  // namespace kforge::worker
