@@ -1,6 +1,13 @@
 #include "services/gpu-worker/cuda_backend.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+
+extern char** environ;
 
 namespace kforge::worker {
 
@@ -36,6 +45,19 @@ template <typename F>
 bool Sym(void* h, const char* name, F* out) {
   *out = reinterpret_cast<F>(dlsym(h, name));
   return *out != nullptr;
+}
+
+}  // namespace
+
+namespace {
+
+// ptxas -v: "Used 32 registers, ..." and "N bytes spill stores, M bytes spill loads".
+void ReadPtxasInfo(NvrtcOutput* out) {
+  static const std::regex kSpill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex kRegs(R"(Used (\d+) registers)");
+  std::smatch m;
+  if (std::regex_search(out->log, m, kSpill)) out->spill_bytes = std::stoll(m[1]) + std::stoll(m[2]);
+  if (std::regex_search(out->log, m, kRegs)) out->registers = std::stoi(m[1]);
 }
 
 }  // namespace
@@ -111,15 +133,103 @@ NvrtcOutput Nvrtc::Compile(const std::string& source, const std::map<std::string
     out.cubin.assign(size, '\0');
     api_->cubin(prog, out.cubin.data());
     out.ok = size > 0;
-    // ptxas -v: "Used 32 registers, ..." and "N bytes spill stores, M bytes spill loads".
-    static const std::regex kSpill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-    static const std::regex kRegs(R"(Used (\d+) registers)");
-    std::smatch m;
-    if (std::regex_search(out.log, m, kSpill)) out.spill_bytes = std::stoll(m[1]) + std::stoll(m[2]);
-    if (std::regex_search(out.log, m, kRegs)) out.registers = std::stoi(m[1]);
+    ReadPtxasInfo(&out);
   }
   api_->destroy(&prog);
   return out;
+}
+
+namespace {
+
+// Runs argv (no shell), stdout+stderr into *log; returns the exit status (-1 if not started).
+int RunCapture(const std::vector<std::string>& argv, const std::string& log_path, std::string* log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(log_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *log = ss.str();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NvccCompiler>> NvccCompiler::Find() {
+  std::vector<std::string> candidates;
+  for (const char* env : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* v = std::getenv(env); v != nullptr && *v) candidates.push_back(absl::StrCat(v, "/bin/nvcc"));
+  }
+  candidates.push_back("/usr/local/cuda/bin/nvcc");
+  for (const auto& c : candidates) {
+    if (access(c.c_str(), X_OK) != 0) continue;
+    std::unique_ptr<NvccCompiler> n(new NvccCompiler());
+    n->path_ = c;
+    std::string out;
+    const std::string log = (std::filesystem::temp_directory_path() / absl::StrCat("kforge-nvcc-v-", getpid())).string();
+    RunCapture({c, "--version"}, log, &out);
+    std::filesystem::remove(log);
+    const size_t rel = out.find("release ");
+    n->version_ = rel == std::string::npos ? "nvcc" : absl::StrCat("nvcc ", out.substr(rel + 8, out.find(',', rel) - rel - 8));
+    return n;
+  }
+  return absl::NotFoundError("nvcc not found (set CUDA_HOME)");
+}
+
+NvrtcOutput NvccCompiler::Compile(const std::string& source, const std::map<std::string, int64_t>& defines,
+                                  const std::string& arch) const {
+  NvrtcOutput out;
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kforge-nvcc-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    out.log = "cannot create a temporary folder for nvcc";
+    return out;
+  }
+  const std::string dir = tmpl;
+  {
+    std::ofstream src(dir + "/candidate.cu", std::ios::binary);
+    src << source;
+  }
+  std::vector<std::string> argv = {path_, "-cubin", absl::StrCat("-arch=", arch), "--std=c++17", "-Xptxas", "-v",
+                                   "-DKFORGE=1", "-o", dir + "/candidate.cubin", dir + "/candidate.cu"};
+  for (const auto& [k, v] : defines) argv.push_back(absl::StrCat("-D", k, "=", v));
+  const int rc = RunCapture(argv, dir + "/log.txt", &out.log);
+  if (rc == 0) {
+    std::ifstream in(dir + "/candidate.cubin", std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    out.cubin = ss.str();
+    out.ok = !out.cubin.empty();
+    ReadPtxasInfo(&out);
+  } else if (out.log.empty()) {
+    out.log = absl::StrCat("nvcc failed to run (status ", rc, ")");
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<CudaCompiler>> MakeCudaCompiler() {
+  const char* choice = std::getenv("KFORGE_CUDA_COMPILER");
+  if (choice != nullptr && std::string(choice) == "nvcc") {
+    auto n = NvccCompiler::Find();
+    if (!n.ok()) return n.status();
+    return std::unique_ptr<CudaCompiler>(std::move(*n));
+  }
+  auto nvrtc = Nvrtc::Load();
+  if (nvrtc.ok()) return std::unique_ptr<CudaCompiler>(std::move(*nvrtc));
+  auto n = NvccCompiler::Find();
+  if (n.ok()) return std::unique_ptr<CudaCompiler>(std::move(*n));
+  return absl::NotFoundError(absl::StrCat(nvrtc.status().message(), "; ", n.status().message()));
 }
 
 namespace {
@@ -202,12 +312,12 @@ class CudaBackend final : public DeviceBackend {
       hello.set_unavailable_reason("no CUDA device: libcuda.so.1 lacks expected symbols");
       return hello;
     }
-    auto nvrtc = Nvrtc::Load();
-    if (!nvrtc.ok()) {
-      hello.set_unavailable_reason(absl::StrCat("no CUDA compiler: ", nvrtc.status().message()));
+    auto compiler = MakeCudaCompiler();
+    if (!compiler.ok()) {
+      hello.set_unavailable_reason(absl::StrCat("no CUDA compiler: ", compiler.status().message()));
       return hello;
     }
-    nvrtc_ = *std::move(nvrtc);
+    nvrtc_ = *std::move(compiler);
     int count = 0;
     if (CUresult r = cu_.Init(0); r != 0) {
       hello.set_unavailable_reason(absl::StrCat("no CUDA device: cuInit failed: ", ErrorString(r)));
@@ -432,7 +542,7 @@ class CudaBackend final : public DeviceBackend {
 
   void* handle_ = nullptr;
   DriverApi cu_{};
-  std::unique_ptr<Nvrtc> nvrtc_;
+  std::unique_ptr<CudaCompiler> nvrtc_;  // NVRTC, or nvcc as the fallback
   CUdevice device_ = 0;
   CUcontext ctx_ = nullptr;
   std::string arch_;

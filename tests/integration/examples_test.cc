@@ -9,6 +9,7 @@
 #include "common/launch.h"
 #include "common/param_space.h"
 #include "common/problem_loader.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/gpu-worker/cuda_backend.h"
 #include "services/gpu-worker/evaluator.h"
@@ -84,6 +85,31 @@ TEST(ExamplesTest, CudaExamplesCompileWithNvrtcForEveryValidAssignment) {
     }
     EXPECT_GT(compiled, 0) << dir;
   }
+}
+
+TEST(ExamplesTest, NvccFallbackCompilesTheCudaExamples) {
+  auto nvcc = NvccCompiler::Find();
+  if (!nvcc.ok()) GTEST_SKIP() << nvcc.status();
+  EXPECT_THAT((*nvcc)->Version(), ::testing::StartsWith("nvcc "));
+  for (const auto& dir : ExampleDirs("cuda")) {
+    auto p = LoadProblem(dir);
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto space = ParamSpace::Create(*p);
+    const ParamAssignment params = *space->DefaultAssignment();
+    std::map<std::string, int64_t> defs(params.begin(), params.end());
+    NvrtcOutput out = (*nvcc)->Compile(p->seed().source(), defs, "sm_90");
+    EXPECT_TRUE(out.ok) << dir << ": " << out.log;
+    EXPECT_GT(out.registers, 0) << dir << ": ptxas -v output not read";
+  }
+  NvrtcOutput bad = (*nvcc)->Compile("this is not CUDA", {}, "sm_90");
+  EXPECT_FALSE(bad.ok);
+  EXPECT_FALSE(bad.log.empty());
+  // The choice between compilers.
+  setenv("KFORGE_CUDA_COMPILER", "nvcc", 1);
+  auto chosen = MakeCudaCompiler();
+  unsetenv("KFORGE_CUDA_COMPILER");
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_THAT((*chosen)->Version(), ::testing::StartsWith("nvcc "));
 }
 
 }  // namespace
