@@ -45,10 +45,7 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
                      worker::Evaluator& evaluator, Clock& clock, const Logger& log) {
   MemoryStore store;
   MemoryWorkQueue queue(clock, 3600);
-  auto validity = [&cache](const ParamAssignment& a) {
-    auto e = cache.Find(a);
-    return e.has_value() && e->failure != "InvalidConfig";
-  };
+  auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
   llm::ParametricMutator mutator({}, validity);
   coordinator::JobRunner runner(store, queue, mutator, clock, log, {.slots = 1, .poll_seconds = 0.05});
   v1::JobSpec spec;
@@ -150,7 +147,7 @@ int main(int argc, char** argv) {
     const double optimum = *cache->OptimumMs();
     std::vector<const KtEntry*> valid;
     for (const auto& [k, e] : cache->entries) {
-      if (e.failure != "InvalidConfig") valid.push_back(&e);
+      if (e.recorded()) valid.push_back(&e);
     }
     // Deterministic order for the random baseline.
     std::sort(valid.begin(), valid.end(), [](auto* a, auto* b) {

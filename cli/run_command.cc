@@ -67,42 +67,30 @@ int RunJob(const RunArgs& args) {
     auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
     if (!cache.ok()) return BadInput(std::string(cache.status().message()));
     auto shared = std::make_shared<KtCache>(*std::move(cache));
-    validity = [shared](const ParamAssignment& a) {
-      auto e = shared->Find(a);
-      return e.has_value() && e->failure != "InvalidConfig";
-    };
+    validity = [shared](const ParamAssignment& a) { return shared->Records(a); };
   }
   llm::ParametricMutator parametric({}, validity);
   // With --llm, a mix: the model writes mutations with the configured probability, the knob
   // tuner the rest (and whenever the model fails).
   std::unique_ptr<llm::CurlHttpClient> http;
-  std::unique_ptr<llm::ResponseCache> llm_cache;
-  std::unique_ptr<llm::LlmMutator> llm_mutator;
+  llm::ConfiguredLlm model;
   double llm_probability = 0;
   std::string mutator_line = "mutator: parametric (no LLM configured)";
   if (!args.llm_config.empty()) {
     auto cfg = llm::LoadLlmConfig(args.llm_config);
     if (!cfg.ok()) return BadInput(std::string(cfg.status().message()));
-    auto cache = llm::ResponseCache::Open(cfg->cache_file);
-    if (!cache.ok()) return BadInput(std::string(cache.status().message()));
-    llm_cache = *std::move(cache);
     http = std::make_unique<llm::CurlHttpClient>();
-    std::vector<std::unique_ptr<llm::Provider>> providers;
-    std::string names;
-    for (const auto& p : cfg->providers) {
-      providers.push_back(std::make_unique<llm::Provider>(
-          p, *http, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, args.seed));
-      absl::StrAppend(&names, names.empty() ? "" : ", ", p.name);
-    }
-    llm_mutator = std::make_unique<llm::LlmMutator>(std::move(providers), *llm_cache, log);
-    if (absl::Status st = llm_mutator->CheckPromptFits(*problem); !st.ok()) {
+    auto made = llm::MakeLlmMutator(*cfg, *http, args.seed, log);
+    if (!made.ok()) return BadInput(std::string(made.status().message()));
+    model = *std::move(made);
+    if (absl::Status st = model.mutator->CheckPromptFits(*problem); !st.ok()) {
       return BadInput(absl::StrCat(args.llm_config, ": ", st.message()));
     }
     llm_probability = cfg->probability;
-    mutator_line = absl::StrFormat("mutator: llm (%s) for %.0f%% of mutations, parametric for the rest", names,
-                                   100 * llm_probability);
+    mutator_line = absl::StrFormat("mutator: llm (%s) for %.0f%% of mutations, parametric for the rest",
+                                   model.provider_names, 100 * llm_probability);
   }
-  llm::MixedMutator mixed(parametric, llm_mutator.get(), llm_probability);
+  llm::MixedMutator mixed(parametric, model.mutator.get(), llm_probability);
   std::unique_ptr<llm::RemoteMutator> remote;
   if (!args.llm_proxy.empty()) {
     if (!args.llm_config.empty()) return BadInput("give --llm or --llm-proxy, not both");

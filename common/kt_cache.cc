@@ -46,6 +46,11 @@ std::optional<KtEntry> KtCache::Find(const ParamAssignment& a) const {
   return it->second;
 }
 
+bool KtCache::Records(const ParamAssignment& a) const {
+  auto e = Find(a);
+  return e.has_value() && e->recorded();
+}
+
 std::optional<double> KtCache::OptimumMs() const {
   std::optional<double> best;
   for (const auto& [k, e] : entries) {

@@ -20,6 +20,9 @@ struct KtEntry {
   std::string failure;       // CompilationFailedConfig, RuntimeFailedConfig, InvalidConfig, ...
   double compile_ms = 0;
   double benchmark_ms = 0;
+
+  // Part of the recorded space: Kernel Tuner marks restriction violations InvalidConfig.
+  bool recorded() const { return failure != "InvalidConfig"; }
 };
 
 struct KtCache {
@@ -31,6 +34,9 @@ struct KtCache {
 
   // Looks up an assignment; nullopt when the configuration is absent (invalid).
   std::optional<KtEntry> Find(const ParamAssignment& a) const;
+  // Whether the assignment is a configuration of the recorded space (present, not InvalidConfig):
+  // the restriction set of a replay problem.
+  bool Records(const ParamAssignment& a) const;
   // The fastest ok entry's time.
   std::optional<double> OptimumMs() const;
   size_t ValidCount() const;

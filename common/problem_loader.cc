@@ -103,20 +103,7 @@ class Loader {
     KF_RETURN_IF_ERROR(root.CheckKeys({"launches", "scratch"}));
     v1::LaunchPlan plan;
     absl::flat_hash_set<std::string> scratch_names;
-    if (root.Child("scratch").defined()) {
-      KF_ASSIGN_OR_RETURN(auto entries, root.Child("scratch").Entries());
-      for (const auto& [name, v] : entries) {
-        if (names_.contains(name)) return v.Error(absl::StrCat("'", name, "' is already defined"));
-        KF_RETURN_IF_ERROR(v.CheckKeys({"dtype", "shape"}));
-        v1::ScratchBuffer* sb = plan.add_scratch();
-        sb->set_name(name);
-        KF_ASSIGN_OR_RETURN(v1::DType dt, ParseDTypeAt(v.Child("dtype")));
-        sb->set_dtype(dt);
-        KF_RETURN_IF_ERROR(LoadShape(v.Child("shape"), sb->mutable_shape(),
-                                     {NameKind::kSize, NameKind::kParam, NameKind::kDefine}));
-        scratch_names.insert(name);
-      }
-    }
+    KF_RETURN_IF_ERROR(LoadScratch(root.Child("scratch"), plan.mutable_scratch(), &scratch_names));
     KF_ASSIGN_OR_RETURN(auto launches, root.Child("launches").Items());
     if (launches.empty()) return root.Child("launches").Error("at least one launch is needed");
     // The source is the candidate's, not known here: kernel names are checked at compile time.
@@ -485,23 +472,7 @@ class Loader {
       }
     }
     absl::flat_hash_set<std::string> scratch_names;
-    if (is_seed && node.Child("scratch").defined()) {
-      KF_ASSIGN_OR_RETURN(auto entries, node.Child("scratch").Entries());
-      for (const auto& [name, v] : entries) {
-        if (names_.contains(name)) {
-          return v.Error(absl::StrCat("'", name, "' is already defined as a ", KindName(names_[name])));
-        }
-        if (!IsIdentifier(name)) return v.Error(absl::StrCat("'", name, "' is not a valid name"));
-        KF_RETURN_IF_ERROR(v.CheckKeys({"dtype", "shape"}));
-        v1::ScratchBuffer* s = spec->add_scratch();
-        s->set_name(name);
-        KF_ASSIGN_OR_RETURN(v1::DType dt, ParseDTypeAt(v.Child("dtype")));
-        s->set_dtype(dt);
-        KF_RETURN_IF_ERROR(LoadShape(v.Child("shape"), s->mutable_shape(),
-                                     {NameKind::kSize, NameKind::kParam, NameKind::kDefine}));
-        scratch_names.insert(name);
-      }
-    }
+    if (is_seed) KF_RETURN_IF_ERROR(LoadScratch(node.Child("scratch"), spec->mutable_scratch(), &scratch_names));
     KF_ASSIGN_OR_RETURN(auto launches, node.Child("launches").Items());
     if (launches.empty()) return node.Child("launches").Error("at least one launch is needed");
     for (const auto& l : launches) {
@@ -509,6 +480,28 @@ class Loader {
                                     spec->add_launches()));
     }
     names_ = std::move(saved);
+    return absl::OkStatus();
+  }
+
+  // Candidate-private buffers (a seed's or a launch plan file's); shapes may use params.
+  absl::Status LoadScratch(const YamlNode& node, google::protobuf::RepeatedPtrField<v1::ScratchBuffer>* out,
+                           absl::flat_hash_set<std::string>* scratch_names) {
+    if (!node.defined()) return absl::OkStatus();
+    KF_ASSIGN_OR_RETURN(auto entries, node.Entries());
+    for (const auto& [name, v] : entries) {
+      if (names_.contains(name)) {
+        return v.Error(absl::StrCat("'", name, "' is already defined as a ", KindName(names_[name])));
+      }
+      if (!IsIdentifier(name)) return v.Error(absl::StrCat("'", name, "' is not a valid name"));
+      KF_RETURN_IF_ERROR(v.CheckKeys({"dtype", "shape"}));
+      v1::ScratchBuffer* sb = out->Add();
+      sb->set_name(name);
+      KF_ASSIGN_OR_RETURN(v1::DType dt, ParseDTypeAt(v.Child("dtype")));
+      sb->set_dtype(dt);
+      KF_RETURN_IF_ERROR(LoadShape(v.Child("shape"), sb->mutable_shape(),
+                                   {NameKind::kSize, NameKind::kParam, NameKind::kDefine}));
+      scratch_names->insert(name);
+    }
     return absl::OkStatus();
   }
 

@@ -2,6 +2,9 @@
 
 #include <signal.h>
 
+#include <chrono>
+#include <iostream>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -35,6 +38,29 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
   auto ports = out.exposer->GetListeningPorts();
   out.port = ports.empty() ? 0 : ports.front();
   return out;
+}
+
+int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
+                     const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
+                     const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal) {
+  auto server = StartGrpcServer(listen, services);
+  if (!server.ok()) {
+    log->error("{}", server.status().message());
+    return 1;
+  }
+  auto metrics = StartMetrics(metrics_listen, std::move(registry));
+  if (!metrics.ok()) {
+    log->error("{}", metrics.status().message());
+    return 1;
+  }
+  log->info("serving grpc_port={} metrics_port={}", server->port, metrics->port);
+  std::cout << "listening grpc=" << server->port << " metrics=" << metrics->port << std::endl;
+  const int sig = WaitForTerminationSignal();
+  log->info("signal={} shutting down", sig);
+  if (on_signal) on_signal();
+  server->server->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(static_cast<int64_t>(shutdown_seconds * 1000)));
+  return 0;
 }
 
 void BlockTerminationSignals() {

@@ -3,11 +3,13 @@
 // Shared plumbing for the service binaries: a gRPC server with health checking and reflection,
 // a Prometheus /metrics endpoint, and waiting for SIGINT/SIGTERM.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -32,6 +34,14 @@ struct MetricsEndpoint {
 // Serves `registry` at http://listen/metrics.
 [[nodiscard]] absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
                                                            std::shared_ptr<prometheus::Registry> registry);
+
+// A service main's whole serving life: gRPC on `listen` and /metrics on `metrics_listen`, a
+// "listening grpc=P metrics=M" line on stdout for scripts and tests that bind port 0, then
+// waiting for SIGINT/SIGTERM (call BlockTerminationSignals() first); `on_signal` runs before the
+// server is shut down with `shutdown_seconds` of grace. Returns the process exit code.
+int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
+                     const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
+                     const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr);
 
 // Blocks until SIGINT or SIGTERM; call BlockTerminationSignals() first, before any thread starts.
 void BlockTerminationSignals();

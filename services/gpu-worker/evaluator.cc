@@ -157,7 +157,7 @@ class Evaluator::Run {
 
   ProblemData& Data();
   const std::map<std::string, std::string>& Inputs(int set, int index);
-  absl::Status EnsureReference(int set, int index, std::string* why_crashed);
+  absl::Status EnsureReference(int set, int index);
   absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
   v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch, int pattern,
                          bool inputs_only = false);
@@ -255,7 +255,7 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
   return sb_->Call(req, timeout);
 }
 
-absl::Status Evaluator::Run::EnsureReference(int set, int index, std::string* why) {
+absl::Status Evaluator::Run::EnsureReference(int set, int index) {
   if (data_->ref_outputs.contains({set, index}) && data_->ref_generation == sb_->generation()) {
     return absl::OkStatus();
   }
@@ -288,7 +288,6 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index, std::string* wh
     }
   }
   data_->ref_outputs[{set, index}] = std::move(outs);
-  (void)why;
   return absl::OkStatus();
 }
 
@@ -452,8 +451,7 @@ void Evaluator::Run::Execute() {
   const int generation = sb_->generation();
   for (int set = 0; set < p_.size_sets_size(); ++set) {
     for (int trial = 0; trial < std::max(1, p_.check().trials()); ++trial) {
-      std::string why;
-      if (absl::Status st = EnsureReference(set, trial, &why); !st.ok()) {
+      if (absl::Status st = EnsureReference(set, trial); !st.ok()) {
         EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
         return;
       }
@@ -497,7 +495,7 @@ void Evaluator::Run::Execute() {
     std::vector<int> indices;
     for (int i = 0; i < nsets; ++i) {
       indices.push_back(i);
-      if (absl::Status st = EnsureReference(set, i, nullptr); !st.ok()) {
+      if (absl::Status st = EnsureReference(set, i); !st.ok()) {
         EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
         return;
       }

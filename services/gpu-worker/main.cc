@@ -46,22 +46,8 @@ int main(int argc, char** argv) {
   worker::WorkerCore core(core_opts, evaluator, *registry, log);
   core.ProbeBackends();
   worker::WorkerAdminServiceImpl service(core);
-  auto server = StartGrpcServer(opts.server.listen, {&service});
-  if (!server.ok()) {
-    log->error("{}", server.status().message());
-    return 1;
-  }
-  auto metrics = StartMetrics(opts.server.metrics_listen, registry);
-  if (!metrics.ok()) {
-    log->error("{}", metrics.status().message());
-    return 1;
-  }
-  log->info("serving worker_id={} grpc_port={} metrics_port={}", opts.worker_id, server->port, metrics->port);
-  // One machine-readable line for scripts and tests that start us on port 0.
-  std::cout << "listening grpc=" << server->port << " metrics=" << metrics->port << std::endl;
-  const int sig = WaitForTerminationSignal();
-  log->info("signal={} shutting down", sig);
-  core.Drain();
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return 0;
+  log->info("worker_id={}", opts.worker_id);
+  // In-flight evaluations get 30 s to finish after a drain.
+  return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service}, registry, log, 30,
+                          [&core] { core.Drain(); });
 }

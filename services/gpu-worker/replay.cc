@@ -51,7 +51,7 @@ void ReplayEvaluator::Evaluate(const v1::EvaluationRequest& req, v1::EvaluationR
   auto space = ParamSpace::Create(req.problem());
   auto valid = space.ok() ? space->IsValid(a) : absl::StatusOr<bool>(space.status());
   std::optional<KtEntry> e = (*loaded)->cache.Find(a);
-  if (!valid.ok() || !*valid || !e.has_value() || e->failure == "InvalidConfig") {
+  if (!valid.ok() || !*valid || !e.has_value() || !e->recorded()) {
     screen->set_outcome(v1::OUTCOME_REJECTED);
     screen->set_message(absl::StrCat("configuration ", FormatParams(a),
                                      !valid.ok() || !*valid ? " is outside the declared space"

@@ -1,6 +1,8 @@
 #include "services/llm-proxy/llm_mutator.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -257,6 +259,20 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   }
   *resp.add_children() = std::move(child);
   return resp;
+}
+
+absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient& http, uint64_t jitter_seed,
+                                             Logger log) {
+  ConfiguredLlm out;
+  KF_ASSIGN_OR_RETURN(out.cache, ResponseCache::Open(config.cache_file));
+  std::vector<std::unique_ptr<Provider>> providers;
+  for (const auto& p : config.providers) {
+    providers.push_back(std::make_unique<Provider>(
+        p, http, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, jitter_seed));
+    absl::StrAppend(&out.provider_names, out.provider_names.empty() ? "" : ", ", p.name);
+  }
+  out.mutator = std::make_unique<LlmMutator>(std::move(providers), *out.cache, std::move(log));
+  return out;
 }
 
 absl::StatusOr<v1::MutateResponse> MixedMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {

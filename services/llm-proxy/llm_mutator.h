@@ -66,6 +66,17 @@ class LlmMutator final : public Mutator {
   Logger log_;
 };
 
+// The model side built from a config: the reply cache and the LLM mutator, its providers calling
+// through `http` and really sleeping between retries. Members are declared so that the mutator
+// goes before the cache it uses.
+struct ConfiguredLlm {
+  std::unique_ptr<ResponseCache> cache;
+  std::unique_ptr<LlmMutator> mutator;
+  std::string provider_names;  // "local, claude", for the job-start line
+};
+[[nodiscard]] absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient& http,
+                                                           uint64_t jitter_seed, Logger log);
+
 class MixedMutator final : public Mutator {
  public:
   MixedMutator(Mutator& parametric, Mutator* llm, double llm_probability)

@@ -26,48 +26,24 @@ int main(int argc, char** argv) {
   auto log = MakeLogger("llm-proxy", *ParseLogLevel(opts.server.log_level));
   llm::ParametricMutator parametric;
   llm::CurlHttpClient http;
-  std::unique_ptr<llm::ResponseCache> cache;
-  std::unique_ptr<llm::LlmMutator> model;
+  llm::ConfiguredLlm model;
   double probability = 0;
   if (!opts.providers_file.empty()) {
     auto cfg = llm::LoadLlmConfig(opts.providers_file);
-    if (!cfg.ok()) {
-      std::cerr << "kforge-llm-proxy: " << cfg.status().message() << "\n";
+    auto made = cfg.ok() ? llm::MakeLlmMutator(*cfg, http, /*jitter_seed=*/1, log)
+                         : absl::StatusOr<llm::ConfiguredLlm>(cfg.status());
+    if (!made.ok()) {
+      std::cerr << "kforge-llm-proxy: " << made.status().message() << "\n";
       return 2;
     }
-    auto c = llm::ResponseCache::Open(cfg->cache_file);
-    if (!c.ok()) {
-      std::cerr << "kforge-llm-proxy: " << c.status().message() << "\n";
-      return 2;
-    }
-    cache = *std::move(c);
-    std::vector<std::unique_ptr<llm::Provider>> providers;
-    for (const auto& p : cfg->providers) {
-      providers.push_back(std::make_unique<llm::Provider>(
-          p, http, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }));
-    }
-    model = std::make_unique<llm::LlmMutator>(std::move(providers), *cache, log);
+    model = *std::move(made);
     probability = opts.llm_probability;
-    log->info("providers={} probability={}", model->provider_count(), probability);
+    log->info("providers=\"{}\" probability={}", model.provider_names, probability);
   } else {
     log->info("no providers configured: parametric mutations only");
   }
-  llm::MixedMutator mutator(parametric, model.get(), probability);
+  llm::MixedMutator mutator(parametric, model.mutator.get(), probability);
   llm::LlmProxyServiceImpl service(mutator);
-  auto server = StartGrpcServer(opts.server.listen, {&service});
-  if (!server.ok()) {
-    log->error("{}", server.status().message());
-    return 1;
-  }
-  auto registry = std::make_shared<prometheus::Registry>();
-  auto metrics = StartMetrics(opts.server.metrics_listen, registry);
-  if (!metrics.ok()) {
-    log->error("{}", metrics.status().message());
-    return 1;
-  }
-  std::cout << "listening grpc=" << server->port << " metrics=" << metrics->port << std::endl;
-  const int sig = WaitForTerminationSignal();
-  log->info("signal={} shutting down", sig);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  return 0;
+  return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
+                          std::make_shared<prometheus::Registry>(), log, 10);
 }
