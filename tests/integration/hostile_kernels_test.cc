@@ -171,7 +171,7 @@ TEST_F(HostileKernelsTest, IncludesOfWorkerFilesAreRejectedInEverySpelling) {
       "  #  include \"/etc/passwd\"\n",
       "# /* hidden */ include \"/etc/passwd\"\n",
       "%:include \"/etc/passwd\"\n",
-      "??=include \"/etc/passwd\"\n",
+      "?" "?=include \"/etc/passwd\"\n",
       "#\\\ninclude \"/etc/passwd\"\n",
       "#inc\\\nlude \"/etc/passwd\"\n",
       "#define P \"/etc/passwd\"\n#include P\n",
