@@ -105,13 +105,14 @@ int main(int argc, char** argv) {
   app.add_option("--budget", budgets_text, "comma-separated evaluation budgets");
   app.add_option("--seeds", seeds, "runs per file and budget");
   app.add_flag("--json", json, "print JSON instead of a table");
-  int islands = 0, warmup = 0;
+  int islands = 0, warmup = 0, screen = 0;
   double exploit = 0, explore = 0, crossover = 0;
   app.add_option("--islands", islands, "engine islands (default: the job default)");
   app.add_option("--exploit", exploit, "engine exploit ratio");
   app.add_option("--explore", explore, "engine explore ratio");
   app.add_option("--warmup", warmup, "proposals that explore first");
   app.add_option("--crossover", crossover, "chance of crossover");
+  app.add_option("--screen", screen, "children screened per proposal by the surrogate (1 = off)");
   CLI11_PARSE(app, argc, argv);
   std::vector<int64_t> budgets;
   for (absl::string_view b : absl::StrSplit(budgets_text, ',', absl::SkipEmpty())) {
@@ -127,6 +128,7 @@ int main(int argc, char** argv) {
   g_evolution.set_explore_ratio(explore);
   g_evolution.set_warmup_explore(warmup);
   g_evolution.set_crossover_ratio(crossover);
+  g_evolution.set_screen_children(screen);
   RealClock clock;
   auto log = MakeLogger("bench-search", spdlog::level::err);
   worker::EvaluatorOptions eo;

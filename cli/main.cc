@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   run->add_option("--target", run_args.target, "stop once this speedup is reached");
   run->add_option("--patience", run_args.patience, "stop after N evaluations without improvement");
   run->add_option("--islands", run_args.islands, "islands of the evolution");
+  run->add_option("--screen", run_args.screen,
+                  "parametric children the surrogate model screens per proposal (default 16, 1 = off)")
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--timeout", run_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
   run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");

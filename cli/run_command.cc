@@ -123,6 +123,7 @@ int RunJob(const RunArgs& args) {
     spec.mutable_budget()->set_max_llm_tokens(args.max_llm_tokens);
     spec.mutable_budget()->set_max_llm_cost_usd(args.max_llm_cost);
     spec.mutable_evolution()->set_islands(args.islands);
+    spec.mutable_evolution()->set_screen_children(args.screen);
     spec.set_seed(args.seed);
     spec.set_tenant("local");
     auto job = runner.Submit(spec);

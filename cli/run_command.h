@@ -18,6 +18,7 @@ struct RunArgs {
   double target = 0;
   int64_t patience = 0;
   int islands = 2;
+  int screen = 0;  // children screened per proposal (0 = the job default, 1 = off)
   double timeout_seconds = 60; // per sandboxed run
   bool quiet = false;
   std::string llm_config;      // LLM providers YAML; "" = parametric mutator only

@@ -12,10 +12,16 @@
 #include "common/param_space.h"
 #include "common/status_macros.h"
 #include "services/coordinator/evolution_engine.h"
+#include "services/coordinator/screener.h"
 
 namespace kforge::coordinator {
 
 namespace {
+
+// Screening cost grows with the children offered (each is hashed and scored); past a few hundred
+// it buys nothing.
+constexpr int kMaxScreenChildren = 256;
+int ScreenChildren(const v1::EvolutionConfig& c) { return c.screen_children() > 0 ? c.screen_children() : 16; }
 
 void SetTime(google::protobuf::Timestamp* t, double wall) {
   t->set_seconds(static_cast<int64_t>(wall));
@@ -42,6 +48,10 @@ absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec) {
   if (b.max_candidates() < 0 || b.max_wall_seconds() < 0 || b.patience() < 0) {
     return absl::InvalidArgumentError("budget values must not be negative");
   }
+  if (spec.evolution().screen_children() < 0 || spec.evolution().screen_children() > kMaxScreenChildren) {
+    return absl::InvalidArgumentError(absl::StrCat("evolution.screen_children must be in [0, ", kMaxScreenChildren,
+                                                   "], got ", spec.evolution().screen_children()));
+  }
   v1::Job job;
   const double now = clock_.WallSeconds();
   job.set_id(absl::StrCat("job-", Sha256Hex(absl::StrCat(spec.problem().content_hash(), "/", spec.seed(), "/",
@@ -65,6 +75,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
                                     ? std::min(options_.slots, job.spec().evolution().max_in_flight())
                                     : options_.slots);
   EvolutionEngine engine(job.spec().seed(), OptionsFromConfig(job.spec().evolution(), budget));
+  KF_ASSIGN_OR_RETURN(const ParamSpace space, ParamSpace::Create(problem));
+  Screener screener(space);
+  const int screen_children = ScreenChildren(job.spec().evolution());
 
   // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.
   KF_ASSIGN_OR_RETURN(std::vector<v1::Candidate> cands, store_.ListCandidates(job_id));
@@ -95,6 +108,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       const v1::EvaluationResult& r = it->second;
       const double before = engine.best() ? engine.best()->fitness : 0;
       engine.Ingest(c, r);
+      screener.Record(c, r);
       ++ingested;
       ++counts[std::string(OutcomeName(r.outcome()))];
       const bool improved = engine.best() != nullptr && engine.best()->fitness > before;
@@ -164,7 +178,6 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     const int64_t seq = static_cast<int64_t>(cands.size());
     v1::Candidate child;
     if (seq == 0) {
-      KF_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::Create(problem));
       auto params = space.DefaultAssignment();
       if (!params.has_value()) return absl::FailedPreconditionError("no param assignment satisfies the constraints");
       child = MakeSeedCandidate(problem, *params);
@@ -174,7 +187,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       req.set_job_id(job_id);
       *req.mutable_problem() = problem;
       req.set_seed(engine.MutationSeed(seq));
-      req.set_count(1);
+      // A model-backed mutator answers with one child whatever the count; the parametric one
+      // offers several, and the screener picks.
+      req.set_count(screen_children);
       req.set_strategy(sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);
@@ -220,7 +235,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
         stop_reason = resp.message().empty() ? "the mutator proposed nothing" : resp.message();
         return absl::OkStatus();
       }
-      child = resp.children(0);
+      std::vector<const v1::Candidate*> offered;
+      for (const auto& c : resp.children()) offered.push_back(&c);
+      child = resp.children(screener.Choose(offered, req.seed()));
       child.set_island(sel.island);
       int64_t gen = 0;
       for (const Member* m : sel.parents) gen = std::max(gen, m->candidate.generation() + 1);

@@ -1,0 +1,126 @@
+#include "services/coordinator/screener.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <random>
+
+#include "common/hash.h"
+#include "services/coordinator/surrogate.h"
+
+namespace kforge::coordinator {
+
+namespace {
+
+// Power-of-two alignment of a knob value (trailing zero bits; 0 for zero): GPU block and tile
+// sizes behave alike when they are alike in alignment (warps, memory transactions, banks).
+int Alignment(int64_t v) {
+  if (v == 0) return 0;
+  return std::countr_zero(static_cast<uint64_t>(v < 0 ? -v : v));
+}
+
+}  // namespace
+
+Screener::Screener(const ParamSpace& space, ScreenerOptions options) : space_(space), options_(options) {
+  for (const auto& p : space_.params()) {
+    int lo = 64, hi = 0;
+    for (int64_t v : p.values()) {
+      lo = std::min(lo, Alignment(v));
+      hi = std::max(hi, Alignment(v));
+    }
+    alignment_span_.push_back(p.values_size() > 1 ? hi - lo : 0);
+  }
+}
+
+std::vector<int> Screener::Features(const std::vector<int>& positions) const {
+  std::vector<int> f = positions;
+  for (size_t p = 0; p < positions.size(); ++p) f.push_back(Alignment(space_.params()[p].values(positions[p])));
+  return f;
+}
+
+std::string Screener::VariantKey(const v1::Candidate& c) {
+  v1::Candidate probe;
+  probe.set_source(c.source());
+  *probe.mutable_plan() = c.plan();
+  return HashCandidate(probe);
+}
+
+void Screener::Record(const v1::Candidate& candidate, const v1::EvaluationResult& result) {
+  if (result.outcome() == v1::OUTCOME_INFRA_ERROR || result.outcome() == v1::OUTCOME_UNSPECIFIED) return;
+  auto idx = space_.ValueIndices(ParamAssignment(candidate.params().begin(), candidate.params().end()));
+  if (!idx.has_value()) return;
+  History& h = variants_[VariantKey(candidate)];
+  h.points.push_back(Features(*idx));
+  if (result.outcome() == v1::OUTCOME_OK && result.speedup() > 0) {
+    // Lower is better: the log of the time relative to the reference.
+    h.log_time.push_back(-std::log(result.speedup()));
+    ++h.ok;
+  } else {
+    h.log_time.push_back(std::nullopt);
+  }
+}
+
+int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed) {
+  if (children.size() < 2) return 0;
+  const std::string key = VariantKey(*children.front());
+  for (const auto* c : children) {
+    if (VariantKey(*c) != key) return 0;
+  }
+  auto it = variants_.find(key);
+  if (it == variants_.end() || it->second.ok < options_.min_points) return 0;
+  History& h = it->second;
+  // Failures count as the worst time among the first `n` points.
+  auto objective_of = [&h](size_t n) {
+    double worst = -INFINITY;
+    for (size_t i = 0; i < n; ++i) {
+      if (h.log_time[i].has_value()) worst = std::max(worst, *h.log_time[i]);
+    }
+    if (std::isinf(worst)) worst = 0;
+    std::vector<double> objective;
+    objective.reserve(n);
+    for (size_t i = 0; i < n; ++i) objective.push_back(h.log_time[i].value_or(worst));
+    return objective;
+  };
+  const std::vector<double> objective = objective_of(h.points.size());
+
+  std::vector<int> cardinality;
+  for (const auto& p : space_.params()) cardinality.push_back(p.values_size());
+  // Choosing the kernel shape costs a factorisation per shape, so it is chosen on the first T
+  // points, for T in a geometric series, and reused until the history reaches the next T. A
+  // function of the history alone: a resumed job makes the same choices as an uninterrupted one.
+  size_t threshold = static_cast<size_t>(options_.min_points);
+  while (true) {
+    const auto next = static_cast<size_t>(std::ceil(static_cast<double>(threshold) * options_.reselect_growth));
+    if (next > h.points.size()) break;
+    threshold = std::max(next, threshold + 1);
+  }
+  threshold = std::clamp<size_t>(threshold, 2, h.points.size());
+  if (h.shape < 0 || h.shape_points != threshold) {
+    Surrogate chooser(cardinality, alignment_span_, {.max_points = options_.max_points});
+    const std::vector<std::vector<int>> first(h.points.begin(), h.points.begin() + threshold);
+    if (!chooser.Fit(first, objective_of(threshold)).ok()) return 0;
+    h.shape = chooser.shape_index();
+    h.shape_points = threshold;
+  }
+  Surrogate model(cardinality, alignment_span_, {.max_points = options_.max_points, .fixed_shape = h.shape});
+  if (!model.Fit(h.points, objective).ok()) return 0;
+
+  std::mt19937_64 rng(seed ^ 0x2545f4914f6cdd1dULL);
+  std::normal_distribution<double> z(0, 1);
+  int best = 0;
+  double best_score = INFINITY;
+  for (size_t i = 0; i < children.size(); ++i) {
+    auto idx = space_.ValueIndices(
+        ParamAssignment(children[i]->params().begin(), children[i]->params().end()));
+    if (!idx.has_value()) return 0;
+    const auto pred = model.Predict(Features(*idx));
+    const double score = pred.mean + options_.exploration * pred.sd * z(rng);
+    if (score < best_score) {
+      best_score = score;
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,58 @@
+#pragma once
+
+// Screening of cheap children: the parametric mutator offers several children per proposal and
+// the screener picks the one to evaluate, by a Thompson-style draw from a Gaussian-process
+// surrogate of the job's evaluations. Children that differ only in their knobs share a "variant"
+// (same source and launch plan); each variant has its own history, so a model-written kernel
+// never borrows another kernel's timings. Deterministic: the same evaluations and seed give the
+// same choice.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/param_space.h"
+#include "kforge/v1/candidate.pb.h"
+#include "kforge/v1/evaluation.pb.h"
+
+namespace kforge::coordinator {
+
+struct ScreenerOptions {
+  int min_points = 4;      // successful evaluations of a variant before its model is used
+  int max_points = 256;    // surrogate size cap: the fit is cubic in it
+  double reselect_growth = 1.25;  // the kernel shape is re-chosen when the history grows this much
+  double exploration = 2;  // scale of the Thompson noise on the predicted spread (2 measured best)
+};
+
+class Screener {
+ public:
+  Screener(const ParamSpace& space, ScreenerOptions options = {});
+
+  // Records an evaluation (in sequence order). Infrastructure errors say nothing about the
+  // candidate and are skipped; every other failure counts as the variant's worst time.
+  void Record(const v1::Candidate& candidate, const v1::EvaluationResult& result);
+  // The index of the child to evaluate; 0 when there is no model yet (too few points, children
+  // of different variants, or knob values outside the space).
+  int Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed);
+
+ private:
+  struct History {
+    std::vector<std::vector<int>> points;
+    std::vector<std::optional<double>> log_time;  // nullopt: failed
+    int ok = 0;
+    int shape = -1;          // the surrogate's kernel shape, re-chosen as the history grows
+    size_t shape_points = 0;  // history size when it was chosen
+  };
+  static std::string VariantKey(const v1::Candidate& c);
+  // Value positions followed by each knob's alignment: the surrogate's point.
+  std::vector<int> Features(const std::vector<int>& positions) const;
+
+  const ParamSpace& space_;
+  ScreenerOptions options_;
+  std::vector<int> alignment_span_;
+  std::map<std::string, History> variants_;
+};
+
+}  // namespace kforge::coordinator
