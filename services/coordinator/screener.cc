@@ -23,6 +23,7 @@ int Alignment(int64_t v) {
 
 Screener::Screener(const ParamSpace& space, ScreenerOptions options) : space_(space), options_(options) {
   for (const auto& p : space_.params()) {
+    cardinality_.push_back(p.values_size());
     int lo = 64, hi = 0;
     for (int64_t v : p.values()) {
       lo = std::min(lo, Alignment(v));
@@ -83,8 +84,6 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   };
   const std::vector<double> objective = objective_of(h.points.size());
 
-  std::vector<int> cardinality;
-  for (const auto& p : space_.params()) cardinality.push_back(p.values_size());
   // Choosing the kernel shape costs a factorisation per shape, so it is chosen on the first T
   // points, for T in a geometric series, and reused until the history reaches the next T. A
   // function of the history alone: a resumed job makes the same choices as an uninterrupted one.
@@ -96,13 +95,13 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   }
   threshold = std::clamp<size_t>(threshold, 2, h.points.size());
   if (h.shape < 0 || h.shape_points != threshold) {
-    Surrogate chooser(cardinality, alignment_span_, {.max_points = options_.max_points});
+    Surrogate chooser(cardinality_, alignment_span_, {.max_points = options_.max_points});
     const std::vector<std::vector<int>> first(h.points.begin(), h.points.begin() + threshold);
     if (!chooser.Fit(first, objective_of(threshold)).ok()) return 0;
     h.shape = chooser.shape_index();
     h.shape_points = threshold;
   }
-  Surrogate model(cardinality, alignment_span_, {.max_points = options_.max_points, .fixed_shape = h.shape});
+  Surrogate model(cardinality_, alignment_span_, {.max_points = options_.max_points, .fixed_shape = h.shape});
   if (!model.Fit(h.points, objective).ok()) return 0;
 
   std::mt19937_64 rng(seed ^ 0x2545f4914f6cdd1dULL);

@@ -51,6 +51,7 @@ class Screener {
 
   const ParamSpace& space_;
   ScreenerOptions options_;
+  std::vector<int> cardinality_;     // values per knob, for the surrogate
   std::vector<int> alignment_span_;
   std::map<std::string, History> variants_;
 };

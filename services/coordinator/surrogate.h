@@ -46,9 +46,6 @@ class Surrogate {
   // The chosen kernel shape, to reuse with SurrogateOptions::fixed_shape.
   int shape_index() const { return shape_index_; }
   static int ShapeCount();
-  double categorical_weight() const { return shape_.categorical; }
-  double ordinal_weight() const { return shape_.ordinal; }
-  double extra_weight() const { return shape_.extra; }
 
  private:
   struct Shape {
