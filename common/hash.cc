@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,35 @@ std::string Sha256Hex(absl::string_view data) {
   return out;
 }
 
+namespace {
+
+// How a character takes part in tokens, for deciding whether white space between two can go.
+enum class CharClass { kWord, kQuote, kSeparator, kOperator };
+
+CharClass ClassOf(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  // '.' counts as a word character: "1 .5" and "1.5" are different tokens.
+  if (std::isalnum(u) || c == '_' || c == '$' || c == '.' || u >= 0x80) return CharClass::kWord;
+  if (c == '"' || c == '\'') return CharClass::kQuote;
+  if (c == '(' || c == ')' || c == '[' || c == ']' || c == '{' || c == '}' || c == ',' || c == ';') {
+    return CharClass::kSeparator;
+  }
+  return CharClass::kOperator;
+}
+
+// Whether white space between `prev` and `next` can change how the code reads. Words run into
+// each other ("int a"), operators fuse ("- -" is not "--", "/ *" starts a comment), and a word
+// beside a quote is a literal prefix or suffix (L"x", "x"_s). Next to a bracket, comma or
+// semicolon, or between a word and an operator, it never matters.
+bool SpaceMatters(char prev, char next) {
+  const CharClass a = ClassOf(prev), b = ClassOf(next);
+  if (a == CharClass::kSeparator || b == CharClass::kSeparator) return false;
+  if (a == b) return true;
+  return (a == CharClass::kWord && b == CharClass::kQuote) || (a == CharClass::kQuote && b == CharClass::kWord);
+}
+
+}  // namespace
+
 std::string NormaliseSource(absl::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -34,7 +64,10 @@ std::string NormaliseSource(absl::string_view s) {
   bool line_is_directive = false;
   bool at_line_start = true;
   auto emit = [&](char c) {
-    if (pending_space && !out.empty() && out.back() != '\n') out.push_back(' ');
+    // Directives keep their spaces: "#define F(x)" and "#define F (x)" define different macros.
+    if (pending_space && !out.empty() && out.back() != '\n' && (line_is_directive || SpaceMatters(out.back(), c))) {
+      out.push_back(' ');
+    }
     pending_space = false;
     out.push_back(c);
   };

@@ -70,10 +70,12 @@ absl::StatusOr<std::optional<v1::EvaluationResult>> MemoryWorkQueue::NextResult(
   std::unique_lock<std::mutex> lock(mu_);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   while (true) {
-    auto& q = results_[job_id];
-    if (!q.empty()) {
-      v1::EvaluationResult r = std::move(q.front());
-      q.pop_front();
+    // An emptied deque is erased: a long-lived process runs many jobs.
+    auto it = results_.find(job_id);
+    if (it != results_.end()) {
+      v1::EvaluationResult r = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) results_.erase(it);
       return std::optional<v1::EvaluationResult>(std::move(r));
     }
     if (closed_ || std::chrono::steady_clock::now() >= until) return std::optional<v1::EvaluationResult>();

@@ -128,6 +128,7 @@ Selection EvolutionEngine::Select(int64_t sequence) {
     // Jump from the island's best to a nearby basin; alternate with a fully random point.
     s.parents.push_back(is.elites.front());
     s.strategy = (sequence / 3) % 2 == 0 ? "perturb" : "explore";
+    s.stalled = true;
   } else {
     const double r = u(rng);
     const Member* parent = nullptr;

@@ -46,6 +46,7 @@ struct Selection {
   std::vector<const Member*> parents;       // one, or two for crossover
   std::vector<const Member*> inspirations;  // top and diverse
   std::string strategy;                     // hint for the mutator: "explore", "exploit" or ""
+  bool stalled = false;                     // chosen because the search stopped improving
 };
 
 class EvolutionEngine {

@@ -23,6 +23,13 @@ namespace {
 constexpr int kMaxScreenChildren = 256;
 int ScreenChildren(const v1::EvolutionConfig& c) { return c.screen_children() > 0 ? c.screen_children() : 16; }
 
+// A stalled search's exploration is a global draw when screening is on: the mutator offers a wide
+// random sample (32 per screened child, at most kMaxGlobalDraws) and the screener picks from the
+// whole space. Local search settles in whichever basin it reaches first, and a few random points
+// rarely land in the region of a narrow optimum; a model of the whole job's timings does better
+// (bench/README.md).
+constexpr int kMaxGlobalDraws = 512;
+
 void SetTime(google::protobuf::Timestamp* t, double wall) {
   t->set_seconds(static_cast<int64_t>(wall));
   t->set_nanos(static_cast<int32_t>((wall - std::floor(wall)) * 1e9));
@@ -187,9 +194,10 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       req.set_job_id(job_id);
       *req.mutable_problem() = problem;
       req.set_seed(engine.MutationSeed(seq));
-      // A model-backed mutator answers with one child whatever the count; the parametric one
-      // offers several, and the screener picks.
-      req.set_count(screen_children);
+      // A model-backed mutator answers with one child whatever the count (and reads no
+      // strategy); the parametric one offers several, and the screener picks.
+      const bool global = screen_children > 1 && sel.stalled && sel.strategy == "explore";
+      req.set_count(global ? std::min(kMaxGlobalDraws, 32 * screen_children) : screen_children);
       req.set_strategy(sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);
@@ -237,7 +245,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       }
       std::vector<const v1::Candidate*> offered;
       for (const auto& c : resp.children()) offered.push_back(&c);
-      child = resp.children(screener.Choose(offered, req.seed()));
+      child = resp.children(screener.Choose(offered, req.seed(), global ? ScreenScope::kGlobal : ScreenScope::kLocal));
       child.set_island(sel.island);
       int64_t gen = 0;
       for (const Member* m : sel.parents) gen = std::max(gen, m->candidate.generation() + 1);

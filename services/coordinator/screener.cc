@@ -12,11 +12,13 @@ namespace kforge::coordinator {
 
 namespace {
 
-// Power-of-two alignment of a knob value (trailing zero bits; 0 for zero): GPU block and tile
-// sizes behave alike when they are alike in alignment (warps, memory transactions, banks).
+// Alignment class of a knob value: 1 + log2 for a power of two, else 0. GPU block and tile sizes
+// behave alike when they are alike in this (warps, memory transactions, banks, and whether they
+// divide power-of-two problem sizes): 32 and 64 are neighbours, 96 is not, though its position is
+// between them. Measured against trailing zero bits in bench/README.md.
 int Alignment(int64_t v) {
-  if (v == 0) return 0;
-  return std::countr_zero(static_cast<uint64_t>(v < 0 ? -v : v));
+  const uint64_t a = static_cast<uint64_t>(v < 0 ? -v : v);
+  return std::has_single_bit(a) ? std::countr_zero(a) + 1 : 0;
 }
 
 }  // namespace
@@ -61,7 +63,7 @@ void Screener::Record(const v1::Candidate& candidate, const v1::EvaluationResult
   }
 }
 
-int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed) {
+int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed, ScreenScope scope) {
   if (children.size() < 2) return 0;
   const std::string key = VariantKey(*children.front());
   for (const auto* c : children) {
@@ -101,7 +103,9 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
     h.shape = chooser.shape_index();
     h.shape_points = threshold;
   }
-  Surrogate model(cardinality_, alignment_span_, {.max_points = options_.max_points, .fixed_shape = h.shape});
+  const bool global = scope == ScreenScope::kGlobal;
+  Surrogate model(cardinality_, alignment_span_,
+                  {.max_points = options_.max_points, .fixed_shape = global ? Surrogate::kHammingShape : h.shape});
   if (!model.Fit(h.points, objective).ok()) return 0;
 
   std::mt19937_64 rng(seed ^ 0x2545f4914f6cdd1dULL);
@@ -113,7 +117,7 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
         ParamAssignment(children[i]->params().begin(), children[i]->params().end()));
     if (!idx.has_value()) return 0;
     const auto pred = model.Predict(Features(*idx));
-    const double score = pred.mean + options_.exploration * pred.sd * z(rng);
+    const double score = pred.mean + (global ? options_.global_exploration : options_.exploration) * pred.sd * z(rng);
     if (score < best_score) {
       best_score = score;
       best = static_cast<int>(i);

@@ -19,11 +19,19 @@
 
 namespace kforge::coordinator {
 
+// What the children on offer are. Local: a handful of moves around a parent, ranked by a model
+// whose kernel shape fits the variant's history best (fine detail near the search). Global: a
+// wide random sample of the whole space, ranked by a plain "how many knobs differ" kernel with
+// milder noise: the question there is which region deserves a visit, and the shape that fits
+// local detail best generalises poorly across the space (measured in bench/README.md).
+enum class ScreenScope { kLocal, kGlobal };
+
 struct ScreenerOptions {
   int min_points = 4;      // successful evaluations of a variant before its model is used
   int max_points = 256;    // surrogate size cap: the fit is cubic in it
   double reselect_growth = 1.25;  // the kernel shape is re-chosen when the history grows this much
   double exploration = 2;  // scale of the Thompson noise on the predicted spread (2 measured best)
+  double global_exploration = 1;  // the same for global draws (1 measured best)
 };
 
 class Screener {
@@ -35,7 +43,8 @@ class Screener {
   void Record(const v1::Candidate& candidate, const v1::EvaluationResult& result);
   // The index of the child to evaluate; 0 when there is no model yet (too few points, children
   // of different variants, or knob values outside the space).
-  int Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed);
+  int Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed,
+             ScreenScope scope = ScreenScope::kLocal);
 
  private:
   struct History {
@@ -46,7 +55,7 @@ class Screener {
     size_t shape_points = 0;  // history size when it was chosen
   };
   static std::string VariantKey(const v1::Candidate& c);
-  // Value positions followed by each knob's alignment: the surrogate's point.
+  // Value positions followed by each knob's alignment class: the surrogate's point.
   std::vector<int> Features(const std::vector<int>& positions) const;
 
   const ParamSpace& space_;

@@ -19,6 +19,10 @@ struct ShapeSpec {
 };
 constexpr ShapeSpec kShapes[] = {{0.5, 0}, {1, 0}, {3, 0}, {1, 2}, {0.3, 4}, {0, 6}};
 constexpr double kExtraWeights[] = {0, 2};
+static_assert(Surrogate::kHammingShape < static_cast<int>(std::size(kShapes)) &&
+                  kShapes[Surrogate::kHammingShape].categorical == 1 && kShapes[Surrogate::kHammingShape].ordinal == 0 &&
+                  kExtraWeights[0] == 0,
+              "kHammingShape must name the plain categorical shape without derived features");
 
 // In-place Cholesky of a row-major n x n matrix (lower triangle); false if not positive definite.
 bool Cholesky(std::vector<double>& a, size_t n) {

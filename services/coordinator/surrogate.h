@@ -46,6 +46,8 @@ class Surrogate {
   // The chosen kernel shape, to reuse with SurrogateOptions::fixed_shape.
   int shape_index() const { return shape_index_; }
   static int ShapeCount();
+  // The shape that counts differing knobs only, at unit width: no ordinal or derived part.
+  static constexpr int kHammingShape = 1;
 
  private:
   struct Shape {

@@ -105,6 +105,20 @@ class TestQueue final : public WorkQueue {
 // ---------------------------------------------------------------------------------------------
 // The harness.
 
+// The parametric mutator, recording what each request asked for.
+class RecordingMutator final : public Mutator {
+ public:
+  explicit RecordingMutator(ValidityFn validity) : inner_({}, std::move(validity)) {}
+  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& req, const SeenFn& seen) override {
+    requests.emplace_back(req.strategy(), req.count());
+    return inner_.Mutate(req, seen);
+  }
+  std::vector<std::pair<std::string, int>> requests;  // (strategy, count)
+
+ private:
+  llm::ParametricMutator inner_;
+};
+
 struct RunOptions {
   int workers = 1;
   int slots = 1;
@@ -112,6 +126,7 @@ struct RunOptions {
   double sleep_per_eval = 0;       // seconds slept in the progress callback (slows the job)
   double fake_seconds_per_eval = 0;  // with a FakeClock: advanced in the progress callback
   QueueMode queue = QueueMode::kPlain;
+  std::vector<std::pair<std::string, int>>* requests = nullptr;  // filled with the mutate requests
 };
 
 struct RunReport {
@@ -175,7 +190,7 @@ class JobRunnerTest : public ::testing::Test {
     Clock& clock = clock_in != nullptr ? *clock_in : real;
     MemoryWorkQueue memq(clock, /*lease_seconds=*/1e6);
     TestQueue queue(memq, o.queue);
-    llm::ParametricMutator mutator({}, Validity());
+    RecordingMutator mutator(Validity());
     coordinator::JobRunnerOptions ro;
     ro.slots = o.slots;
     coordinator::JobRunner runner(store, queue, mutator, clock, log_, ro);
@@ -208,6 +223,7 @@ class JobRunnerTest : public ::testing::Test {
     workers_stop.store(true);
     memq.Close();
     for (auto& t : threads) t.join();
+    if (o.requests != nullptr) *o.requests = mutator.requests;
     rep.evaluated = queue.completed();
     rep.duplicates = queue.duplicates();
     rep.reordered = queue.reordered();
@@ -335,6 +351,32 @@ TEST_F(JobRunnerTest, SameSeedSameCandidatesOneSlot) {
   RunReport rep = Run(other, id, {.workers = 1, .slots = 1});
   KF_ASSERT_COMPLETED(rep);
   EXPECT_NE(TraceOf(other, id), traces[0]) << "another seed should search differently";
+}
+
+TEST_F(JobRunnerTest, AStalledSearchExploresWithAGlobalDraw) {
+  // Past the optimum of this small space the search stalls; its explorations then ask for a wide
+  // sample to screen. Without screening, every request asks for one child.
+  auto requests_with = [&](int screen_children) {
+    MemoryStore store;
+    v1::JobSpec spec = Spec(3, 60);
+    spec.mutable_evolution()->set_screen_children(screen_children);
+    const std::string id = Submit(store, spec);
+    std::vector<std::pair<std::string, int>> requests;
+    RunReport rep = Run(store, id, {.requests = &requests});
+    EXPECT_TRUE(rep.job.ok() && rep.job->state() == v1::JOB_STATE_COMPLETED);
+    return requests;
+  };
+  std::map<int, int> counts;  // count -> requests
+  for (const auto& [strategy, count] : requests_with(16)) {
+    ++counts[count];
+    if (count != 16) {
+      EXPECT_EQ(strategy, "explore") << "count " << count;
+    }
+  }
+  EXPECT_GT(counts[16], 0);
+  EXPECT_GT(counts[512], 0);
+  EXPECT_EQ(counts.size(), 2u);
+  for (const auto& [strategy, count] : requests_with(1)) EXPECT_EQ(count, 1) << strategy;
 }
 
 TEST_F(JobRunnerTest, SameSeedSameCandidatesThreeSlotsThreeWorkers) {

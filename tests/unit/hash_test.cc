@@ -29,7 +29,7 @@ TEST(Sha256HexTest, BinaryDataAndFormat) {
 // ---------------------------------------------------------------------------------------------
 
 TEST(NormaliseSourceTest, FoldsWhiteSpace) {
-  EXPECT_EQ(NormaliseSource("int  a =\n\t1;\r\n  int b;\n"), "int a = 1; int b;");
+  EXPECT_EQ(NormaliseSource("int  a =\n\t1;\r\n  int b;\n"), "int a=1;int b;");
   EXPECT_EQ(NormaliseSource("   leading"), "leading");
   EXPECT_EQ(NormaliseSource("trailing   \n\n"), "trailing");
   EXPECT_EQ(NormaliseSource(""), "");
@@ -37,30 +37,30 @@ TEST(NormaliseSourceTest, FoldsWhiteSpace) {
 }
 
 TEST(NormaliseSourceTest, RemovesComments) {
-  EXPECT_EQ(NormaliseSource("int a; // the a\nint b; // the b"), "int a; int b;");
+  EXPECT_EQ(NormaliseSource("int a; // the a\nint b; // the b"), "int a;int b;");
   EXPECT_EQ(NormaliseSource("int /* inline */ a;"), "int a;");
   // A block comment separates tokens like white space does.
   EXPECT_EQ(NormaliseSource("int/**/a;"), "int a;");
   EXPECT_EQ(NormaliseSource("/* header\n * spanning lines\n */\nkernel void f() {}"),
-            "kernel void f() {}");
-  EXPECT_EQ(NormaliseSource("x = 1; /* unterminated"), "x = 1;");
-  EXPECT_EQ(NormaliseSource("a = b / c; // divide"), "a = b / c;");
+            "kernel void f(){}");
+  EXPECT_EQ(NormaliseSource("x = 1; /* unterminated"), "x=1;");
+  EXPECT_EQ(NormaliseSource("a = b / c; // divide"), "a=b/c;");
 }
 
 TEST(NormaliseSourceTest, KeepsStringAndCharLiteralsVerbatim) {
   EXPECT_EQ(NormaliseSource("printf(\"a  //  b\");   // real comment"), "printf(\"a  //  b\");");
-  EXPECT_EQ(NormaliseSource("s = \"/* not a comment */\";"), "s = \"/* not a comment */\";");
-  EXPECT_EQ(NormaliseSource("s = \"tab\tand  spaces\";"), "s = \"tab\tand  spaces\";");
-  EXPECT_EQ(NormaliseSource("s = \"esc \\\" //still\";  x"), "s = \"esc \\\" //still\"; x");
-  EXPECT_EQ(NormaliseSource("c = '/'; d = '\\''; // c"), "c = '/'; d = '\\'';");
-  EXPECT_EQ(NormaliseSource("c = ' ';"), "c = ' ';");
+  EXPECT_EQ(NormaliseSource("s = \"/* not a comment */\";"), "s=\"/* not a comment */\";");
+  EXPECT_EQ(NormaliseSource("s = \"tab\tand  spaces\";"), "s=\"tab\tand  spaces\";");
+  EXPECT_EQ(NormaliseSource("s = \"esc \\\" //still\";  x"), "s=\"esc \\\" //still\";x");
+  EXPECT_EQ(NormaliseSource("c = '/'; d = '\\''; // c"), "c='/';d='\\'';");
+  EXPECT_EQ(NormaliseSource("c = ' ';"), "c=' ';");
   // A change inside a literal is a change.
   EXPECT_NE(NormaliseSource("s = \"a b\";"), NormaliseSource("s = \"a  b\";"));
 }
 
 TEST(NormaliseSourceTest, PreprocessorLinesKeepLineBreaks) {
   EXPECT_EQ(NormaliseSource("#define A 1\n#define B 2\nkernel void f() {}"),
-            "#define A 1\n#define B 2\nkernel void f() {}");
+            "#define A 1\n#define B 2\nkernel void f(){}");
   EXPECT_EQ(NormaliseSource("int a;\n  #ifdef X\nint b;\n#endif\nint c;"),
             "int a;\n#ifdef X\nint b;\n#endif\nint c;");
   EXPECT_EQ(NormaliseSource("#define   TILE    16   // tile\n\n\nint x;"),
@@ -68,7 +68,26 @@ TEST(NormaliseSourceTest, PreprocessorLinesKeepLineBreaks) {
   // A continued directive stays one line.
   EXPECT_EQ(NormaliseSource("#define M(a) \\\n  ((a) * 2)\nint x;"), "#define M(a) ((a) * 2)\nint x;");
   // '#' inside a line is not a directive.
-  EXPECT_EQ(NormaliseSource("a = 1; b = \"#x\";\nc = 2;"), "a = 1; b = \"#x\"; c = 2;");
+  EXPECT_EQ(NormaliseSource("a = 1; b = \"#x\";\nc = 2;"), "a=1;b=\"#x\";c=2;");
+}
+
+TEST(NormaliseSourceTest, DropsSpaceOnlyWhereItCannotMatter) {
+  EXPECT_EQ(NormaliseSource("a=b+1;"), NormaliseSource("a = b + 1 ;"));
+  EXPECT_EQ(NormaliseSource("f( x , y )[ 2 ]"), "f(x,y)[2]");
+  // Words stay apart, and operators that would fuse into another token stay apart.
+  EXPECT_EQ(NormaliseSource("unsigned  int x"), "unsigned int x");
+  EXPECT_EQ(NormaliseSource("a - -b"), "a- -b");
+  EXPECT_NE(NormaliseSource("a - -b"), NormaliseSource("a--b"));
+  EXPECT_EQ(NormaliseSource("a + +b"), "a+ +b");
+  EXPECT_EQ(NormaliseSource("x = a / *p;"), "x=a/ *p;");
+  EXPECT_EQ(NormaliseSource("vector<vector<int> > v"), "vector<vector<int> >v");
+  EXPECT_EQ(NormaliseSource("x = 1 .5"), "x=1 .5");
+  // A word beside a quote is a literal prefix or suffix: L"x" is not L "x".
+  EXPECT_EQ(NormaliseSource("w = L \"x\";"), "w=L \"x\";");
+  EXPECT_NE(NormaliseSource("w = L \"x\";"), NormaliseSource("w = L\"x\";"));
+  // Inside a directive every space is kept: F(x) is a function-like macro, F (x) is not.
+  EXPECT_EQ(NormaliseSource("#define F (x)\nint y;"), "#define F (x)\nint y;");
+  EXPECT_NE(NormaliseSource("#define F (x)\n"), NormaliseSource("#define F(x)\n"));
 }
 
 TEST(NormaliseSourceTest, FormattingOnlyDifferencesNormaliseTheSame) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,24 @@ TEST_F(ScreenerTest, PicksTheChildTheModelFavours) {
   const v1::Candidate far = Child(1, 4), near = Child(32, 2), mid = Child(8, 16);
   EXPECT_EQ(s.Choose({&far, &near, &mid}, 1), 1);
   EXPECT_EQ(s.Choose({&mid, &far, &near}, 2), 2);
+}
+
+TEST_F(ScreenerTest, GlobalDrawsHaveTheirOwnModelAndNoise) {
+  Screener calm(*space_, {.exploration = 0, .global_exploration = 0});
+  Observe(calm, 12);
+  const v1::Candidate far = Child(1, 4), near = Child(32, 2), mid = Child(8, 16);
+  // The plain kernel also knows where the data peaks.
+  EXPECT_EQ(calm.Choose({&far, &near, &mid}, 1, ScreenScope::kGlobal), 1);
+  // Noise is set per scope: loud global draws vary with the seed, local ones stay put.
+  Screener loud(*space_, {.exploration = 0, .global_exploration = 50});
+  Observe(loud, 12);
+  std::set<int> global, local;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    global.insert(loud.Choose({&far, &near, &mid}, seed, ScreenScope::kGlobal));
+    local.insert(loud.Choose({&far, &near, &mid}, seed));
+  }
+  EXPECT_GT(global.size(), 1u);
+  EXPECT_EQ(local, std::set<int>{1});
 }
 
 TEST_F(ScreenerTest, NoModelWithoutEnoughData) {
