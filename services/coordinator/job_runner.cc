@@ -29,6 +29,14 @@ int ScreenChildren(const v1::EvolutionConfig& c) { return c.screen_children() > 
 // rarely land in the region of a narrow optimum; a model of the whole job's timings does better
 // (bench/README.md).
 constexpr int kMaxGlobalDraws = 512;
+// Each child carries its kernel source: a global draw's reply stays well under gRPC's 4 MiB
+// default message limit when the mutator is the remote proxy.
+constexpr size_t kMaxGlobalDrawBytes = size_t{1} << 20;
+int GlobalDrawCount(int screen_children, size_t source_bytes) {
+  const size_t by_size = kMaxGlobalDrawBytes / (source_bytes + 512);
+  return std::max(screen_children,
+                  static_cast<int>(std::min<size_t>(by_size, std::min(kMaxGlobalDraws, 32 * screen_children))));
+}
 
 void SetTime(google::protobuf::Timestamp* t, double wall) {
   t->set_seconds(static_cast<int64_t>(wall));
@@ -197,7 +205,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       // A model-backed mutator answers with one child whatever the count (and reads no
       // strategy); the parametric one offers several, and the screener picks.
       const bool global = screen_children > 1 && sel.stalled && sel.strategy == "explore";
-      req.set_count(global ? std::min(kMaxGlobalDraws, 32 * screen_children) : screen_children);
+      const size_t source_bytes = sel.parents.empty() ? cands.front().source().size()
+                                                      : sel.parents.front()->candidate.source().size();
+      req.set_count(global ? GlobalDrawCount(screen_children, source_bytes) : screen_children);
       req.set_strategy(sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);

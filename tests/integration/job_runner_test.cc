@@ -377,6 +377,19 @@ TEST_F(JobRunnerTest, AStalledSearchExploresWithAGlobalDraw) {
   EXPECT_GT(counts[512], 0);
   EXPECT_EQ(counts.size(), 2u);
   for (const auto& [strategy, count] : requests_with(1)) EXPECT_EQ(count, 1) << strategy;
+  // A large kernel gets a smaller sample: the reply must fit a gRPC message.
+  MemoryStore store;
+  v1::JobSpec spec = Spec(3, 60);
+  spec.mutable_problem()->mutable_seed()->set_source(problem_.seed().source() + "\n// " +
+                                                      std::string(16 * 1024, 'x') + "\n");
+  const std::string id = Submit(store, spec);
+  std::vector<std::pair<std::string, int>> requests;
+  RunReport rep = Run(store, id, {.requests = &requests});
+  KF_ASSERT_COMPLETED(rep);
+  int widest = 0;
+  for (const auto& [strategy, count] : requests) widest = std::max(widest, count);
+  EXPECT_GT(widest, 16);
+  EXPECT_LE(widest * (16 * 1024), 1 << 20);
 }
 
 TEST_F(JobRunnerTest, SameSeedSameCandidatesThreeSlotsThreeWorkers) {
