@@ -46,8 +46,8 @@ CharClass ClassOf(char c) {
 
 // Whether white space between `prev` and `next` can change how the code reads. Words run into
 // each other ("int a"), operators fuse ("- -" is not "--", "/ *" starts a comment), and a word
-// beside a quote is a literal prefix or suffix (L"x", "x"_s). Next to a bracket, comma or
-// semicolon, or between a word and an operator, it never matters.
+// beside a quote is a literal prefix or suffix (L"x", "x"_s); two literals keep their space too.
+// Next to a bracket, comma or semicolon, or between a word and an operator, it never matters.
 bool SpaceMatters(char prev, char next) {
   const CharClass a = ClassOf(prev), b = ClassOf(next);
   if (a == CharClass::kSeparator || b == CharClass::kSeparator) return false;

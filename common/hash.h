@@ -14,9 +14,9 @@ namespace kforge {
 std::string Sha256Hex(absl::string_view data);
 
 // Removes comments and white space that cannot change how the code reads (a single space is kept
-// only between two words, two operator characters, or a word and a quote), so that a candidate
-// that differs from another only in formatting or comments hashes the same: "a=b+1" and
-// "a = b + 1" are one candidate. String and character literals are kept verbatim; preprocessor
+// only between two words, two operator characters, two literals, or a word and a quote), so
+// that a candidate that differs from another only in formatting or comments hashes the same:
+// "a=b+1" and "a = b + 1" are one candidate. String and character literals are kept verbatim; preprocessor
 // lines keep their line breaks and a single space wherever they had space.
 std::string NormaliseSource(absl::string_view source);
 

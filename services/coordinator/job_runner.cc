@@ -205,9 +205,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       // A model-backed mutator answers with one child whatever the count (and reads no
       // strategy); the parametric one offers several, and the screener picks.
       const bool global = screen_children > 1 && sel.stalled && sel.strategy == "explore";
-      const size_t source_bytes = sel.parents.empty() ? cands.front().source().size()
-                                                      : sel.parents.front()->candidate.source().size();
-      req.set_count(global ? GlobalDrawCount(screen_children, source_bytes) : screen_children);
+      // A stalled selection always has the island's best as its parent.
+      req.set_count(global ? GlobalDrawCount(screen_children, sel.parents.front()->candidate.source().size())
+                           : screen_children);
       req.set_strategy(sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);
