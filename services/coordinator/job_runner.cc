@@ -91,7 +91,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
                                     : options_.slots);
   EvolutionEngine engine(job.spec().seed(), OptionsFromConfig(job.spec().evolution(), budget));
   KF_ASSIGN_OR_RETURN(const ParamSpace space, ParamSpace::Create(problem));
-  Screener screener(space);
+  Screener screener(space, {.oracle = options_.screen_oracle});
   const int screen_children = ScreenChildren(job.spec().evolution());
 
   // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.

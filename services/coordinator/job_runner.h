@@ -20,6 +20,7 @@
 #include "common/queue/work_queue.h"
 #include "common/store/store.h"
 #include "kforge/v1/job.pb.h"
+#include "services/coordinator/screener.h"
 
 namespace kforge::coordinator {
 
@@ -27,6 +28,7 @@ struct JobRunnerOptions {
   int slots = 1;                 // candidates in flight (the workers' slots)
   double poll_seconds = 0.1;     // result wait slice (stop flag latency)
   std::string stream;            // work stream; "" = the problem's backend name
+  ScreenOracle screen_oracle;    // benchmarks only: rank screened children by known costs
 };
 
 // What the progress callback sees after every ingested evaluation.

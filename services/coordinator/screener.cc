@@ -63,8 +63,22 @@ void Screener::Record(const v1::Candidate& candidate, const v1::EvaluationResult
   }
 }
 
+int Screener::ChooseByOracle(const std::vector<const v1::Candidate*>& children) const {
+  int best = 0;
+  std::optional<double> best_cost;
+  for (size_t i = 0; i < children.size(); ++i) {
+    const std::optional<double> cost = options_.oracle(*children[i]);
+    if (cost.has_value() && (!best_cost.has_value() || *cost < *best_cost)) {
+      best_cost = cost;
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
 int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed, ScreenScope scope) {
   if (children.size() < 2) return 0;
+  if (options_.oracle) return ChooseByOracle(children);
   const std::string key = VariantKey(*children.front());
   for (const auto* c : children) {
     if (VariantKey(*c) != key) return 0;

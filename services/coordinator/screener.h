@@ -8,6 +8,7 @@
 // same choice.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,12 +27,18 @@ namespace kforge::coordinator {
 // local detail best generalises poorly across the space (measured in bench/README.md).
 enum class ScreenScope { kLocal, kGlobal };
 
+// A known cost of a child (lower is better; nullopt: it would fail). With one, the screener ranks
+// children by it instead of by the model: benchmarks on recorded spaces use it to measure how far
+// the model's screening is from perfect (kforge-bench-search --screen-oracle).
+using ScreenOracle = std::function<std::optional<double>(const v1::Candidate&)>;
+
 struct ScreenerOptions {
   int min_points = 4;      // successful evaluations of a variant before its model is used
   int max_points = 256;    // surrogate size cap: the fit is cubic in it
   double reselect_growth = 1.25;  // the kernel shape is re-chosen when the history grows this much
   double exploration = 2;  // scale of the Thompson noise on the predicted spread (2 measured best)
   double global_exploration = 1;  // the same for global draws (1 measured best)
+  ScreenOracle oracle;            // empty in service use
 };
 
 class Screener {
@@ -55,6 +62,7 @@ class Screener {
     size_t shape_points = 0;  // history size when it was chosen
   };
   static std::string VariantKey(const v1::Candidate& c);
+  int ChooseByOracle(const std::vector<const v1::Candidate*>& children) const;
   // Value positions followed by each knob's alignment class: the surrogate's point.
   std::vector<int> Features(const std::vector<int>& positions) const;
 

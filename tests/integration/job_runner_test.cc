@@ -127,6 +127,7 @@ struct RunOptions {
   double fake_seconds_per_eval = 0;  // with a FakeClock: advanced in the progress callback
   QueueMode queue = QueueMode::kPlain;
   std::vector<std::pair<std::string, int>>* requests = nullptr;  // filled with the mutate requests
+  coordinator::ScreenOracle oracle;  // JobRunnerOptions::screen_oracle
 };
 
 struct RunReport {
@@ -193,6 +194,7 @@ class JobRunnerTest : public ::testing::Test {
     RecordingMutator mutator(Validity());
     coordinator::JobRunnerOptions ro;
     ro.slots = o.slots;
+    ro.screen_oracle = o.oracle;
     coordinator::JobRunner runner(store, queue, mutator, clock, log_, ro);
 
     std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
@@ -390,6 +392,28 @@ TEST_F(JobRunnerTest, AStalledSearchExploresWithAGlobalDraw) {
   for (const auto& [strategy, count] : requests) widest = std::max(widest, count);
   EXPECT_GT(widest, 16);
   EXPECT_LE(widest * (16 * 1024), 1 << 20);
+}
+
+TEST_F(JobRunnerTest, AScreenOracleRanksTheOfferedChildren) {
+  // The benchmarks' ceiling: known costs pick among the screened children. Without screening
+  // there is nothing to rank and the oracle is never asked.
+  auto calls_with = [&](int screen_children) {
+    MemoryStore store;
+    v1::JobSpec spec = Spec(5, 30);
+    spec.mutable_evolution()->set_screen_children(screen_children);
+    const std::string id = Submit(store, spec);
+    int calls = 0;
+    RunReport rep = Run(store, id, {.oracle = [&calls](const v1::Candidate& c) -> std::optional<double> {
+                                      ++calls;
+                                      double sum = 0;
+                                      for (const auto& [k, v] : c.params()) sum += static_cast<double>(v);
+                                      return sum;
+                                    }});
+    EXPECT_TRUE(rep.job.ok() && rep.job->state() == v1::JOB_STATE_COMPLETED);
+    return calls;
+  };
+  EXPECT_GT(calls_with(16), 16 * 10);
+  EXPECT_EQ(calls_with(1), 0);
 }
 
 TEST_F(JobRunnerTest, SameSeedSameCandidatesThreeSlotsThreeWorkers) {

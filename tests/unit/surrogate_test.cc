@@ -160,6 +160,21 @@ TEST_F(ScreenerTest, GlobalDrawsHaveTheirOwnModelAndNoise) {
   EXPECT_EQ(local, std::set<int>{1});
 }
 
+TEST_F(ScreenerTest, AnOracleRanksChildrenByItsCostsWithoutAnyHistory) {
+  // Cost = |A - 8|; B = 1 stands for a child that would fail.
+  Screener s(*space_, {.oracle = [](const v1::Candidate& c) -> std::optional<double> {
+                         if (c.params().at("B") == 1) return std::nullopt;
+                         return std::abs(static_cast<double>(c.params().at("A") - 8));
+                       }});
+  const v1::Candidate far = Child(128, 2), near = Child(4, 2), failing = Child(8, 1), exact = Child(8, 2);
+  EXPECT_EQ(s.Choose({&far, &near}, 1), 1);
+  EXPECT_EQ(s.Choose({&failing, &far}, 1), 1);
+  EXPECT_EQ(s.Choose({&far, &failing, &exact, &near}, 1, ScreenScope::kGlobal), 2);
+  // A model-written child of another variant is ranked the same way.
+  const v1::Candidate other = Child(16, 2, "other");
+  EXPECT_EQ(s.Choose({&far, &other}, 1), 1);
+}
+
 TEST_F(ScreenerTest, NoModelWithoutEnoughData) {
   Screener s(*space_, {.min_points = 4, .exploration = 0});
   const v1::Candidate far = Child(1, 4), near = Child(32, 2);
