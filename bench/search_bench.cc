@@ -3,13 +3,14 @@
 // replacement measured in the same run with the same seeds.
 //
 //   kforge-bench-search --cache FILE... [--budget 50,100,200] [--seeds 20] [--json]
-//                       [--screen N] [--screen-oracle] [engine options]
+//                       [--screen N] [--screen-oracle FRACTION] [engine options]
 //
 // Quality of a run = optimum time in the file / best time found within the budget (1.0 = found
 // the optimum). Both searches draw only configurations the file records as valid; failures
 // recorded in the file (compile / runtime) cost an evaluation like any other.
 
 #include <atomic>
+#include <cmath>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -41,7 +42,9 @@ struct RunOutcome {
 };
 
 v1::EvolutionConfig g_evolution;
-bool g_screen_oracle = false;  // rank screened children by the recorded times (a ceiling, not a search)
+// Rank screened children by the recorded times (a ceiling, not a search), from this fraction of
+// the budget on; below 0, never.
+double g_screen_oracle_from = -1;
 
 RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double optimum, int64_t budget, uint64_t seed,
                      worker::Evaluator& evaluator, Clock& clock, const Logger& log) {
@@ -50,8 +53,13 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
   llm::ParametricMutator mutator({}, validity);
   coordinator::JobRunnerOptions options{.slots = 1, .poll_seconds = 0.05};
-  if (g_screen_oracle) {
-    options.screen_oracle = [&cache](const v1::Candidate& c) -> std::optional<double> {
+  std::atomic<int64_t> evaluations{0};
+  if (g_screen_oracle_from >= 0) {
+    const auto from =
+        static_cast<int64_t>(std::ceil(g_screen_oracle_from * static_cast<double>(budget)));
+    options.screen_oracle = [&cache, &evaluations,
+                             from](const v1::Candidate& c) -> std::optional<double> {
+      if (evaluations.load() < from) return std::nullopt;  // the surrogate screens this phase
       const auto entry = cache.Find(ParamAssignment(c.params().begin(), c.params().end()));
       if (!entry.has_value() || !entry->ok) return std::nullopt;
       return entry->time_ms;
@@ -70,7 +78,9 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
     w.Run(worker_stop);
   });
   const double t0 = bench::Now();
-  auto done = runner.Run(job->id(), stop);
+  auto done = runner.Run(job->id(), stop, [&evaluations](const coordinator::Progress& p) {
+    evaluations = p.evaluations;
+  });
   const double secs = bench::Now() - t0;
   worker_stop = true;
   queue.Close();
@@ -123,9 +133,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "proposals that explore first");
   app.add_option("--crossover", crossover, "chance of crossover");
   app.add_option("--screen", screen, "children screened per proposal by the surrogate (1 = off)");
-  app.add_flag("--screen-oracle", g_screen_oracle,
-               "screen children by their recorded times instead of the surrogate: the ceiling a perfect model "
-               "would reach with the same proposals");
+  app.add_option("--screen-oracle", g_screen_oracle_from,
+                 "screen children by their recorded times instead of the surrogate once this "
+                 "fraction of the budget is spent (0 = from the start): the ceiling a perfect "
+                 "model would reach with the same proposals")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   std::vector<int64_t> budgets;
   for (absl::string_view b : absl::StrSplit(budgets_text, ',', absl::SkipEmpty())) {

@@ -63,8 +63,9 @@ void Screener::Record(const v1::Candidate& candidate, const v1::EvaluationResult
   }
 }
 
-int Screener::ChooseByOracle(const std::vector<const v1::Candidate*>& children) const {
-  int best = 0;
+std::optional<int> Screener::ChooseByOracle(
+    const std::vector<const v1::Candidate*>& children) const {
+  std::optional<int> best;
   std::optional<double> best_cost;
   for (size_t i = 0; i < children.size(); ++i) {
     const std::optional<double> cost = options_.oracle(*children[i]);
@@ -78,7 +79,9 @@ int Screener::ChooseByOracle(const std::vector<const v1::Candidate*>& children) 
 
 int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed, ScreenScope scope) {
   if (children.size() < 2) return 0;
-  if (options_.oracle) return ChooseByOracle(children);
+  if (options_.oracle) {
+    if (const std::optional<int> pick = ChooseByOracle(children); pick.has_value()) return *pick;
+  }
   const std::string key = VariantKey(*children.front());
   for (const auto* c : children) {
     if (VariantKey(*c) != key) return 0;

@@ -27,9 +27,10 @@ namespace kforge::coordinator {
 // local detail best generalises poorly across the space (measured in bench/README.md).
 enum class ScreenScope { kLocal, kGlobal };
 
-// A known cost of a child (lower is better; nullopt: it would fail). With one, the screener ranks
-// children by it instead of by the model: benchmarks on recorded spaces use it to measure how far
-// the model's screening is from perfect (kforge-bench-search --screen-oracle).
+// A known cost of a child (lower is better; nullopt: unknown, or it would fail). With one, the
+// screener ranks children by it instead of by the model, and defers to the model when it knows
+// none of them: benchmarks on recorded spaces use it to measure how far the model's screening is
+// from perfect, over the whole job or a phase of it (kforge-bench-search --screen-oracle).
 using ScreenOracle = std::function<std::optional<double>(const v1::Candidate&)>;
 
 struct ScreenerOptions {
@@ -62,7 +63,8 @@ class Screener {
     size_t shape_points = 0;  // history size when it was chosen
   };
   static std::string VariantKey(const v1::Candidate& c);
-  int ChooseByOracle(const std::vector<const v1::Candidate*>& children) const;
+  // The child the oracle ranks first; nullopt when it knows none of them.
+  std::optional<int> ChooseByOracle(const std::vector<const v1::Candidate*>& children) const;
   // Value positions followed by each knob's alignment class: the surrogate's point.
   std::vector<int> Features(const std::vector<int>& positions) const;
 

@@ -175,6 +175,20 @@ TEST_F(ScreenerTest, AnOracleRanksChildrenByItsCostsWithoutAnyHistory) {
   EXPECT_EQ(s.Choose({&far, &other}, 1), 1);
 }
 
+TEST_F(ScreenerTest, AnOracleThatKnowsNoChildDefersToTheModel) {
+  bool knows = false;
+  Screener s(*space_, {.exploration = 0,
+                       .oracle = [&knows](const v1::Candidate& c) -> std::optional<double> {
+                         if (!knows) return std::nullopt;
+                         return static_cast<double>(c.params().at("A"));  // smallest A first
+                       }});
+  Observe(s, 12);
+  const v1::Candidate far = Child(1, 4), near = Child(32, 2);
+  EXPECT_EQ(s.Choose({&far, &near}, 1), 1);  // the model: the data peak at A = 32
+  knows = true;
+  EXPECT_EQ(s.Choose({&far, &near}, 1), 0);
+}
+
 TEST_F(ScreenerTest, NoModelWithoutEnoughData) {
   Screener s(*space_, {.min_points = 4, .exploration = 0});
   const v1::Candidate far = Child(1, 4), near = Child(32, 2);
