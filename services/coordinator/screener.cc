@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/hash.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "services/coordinator/surrogate.h"
 
 namespace kforge::coordinator {
@@ -82,9 +83,16 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   if (options_.oracle) {
     if (const std::optional<int> pick = ChooseByOracle(children); pick.has_value()) return *pick;
   }
-  const std::string key = VariantKey(*children.front());
-  for (const auto* c : children) {
-    if (VariantKey(*c) != key) return 0;
+  // A proposal's children usually carry the parent's source and plan byte for byte: compare
+  // those before hashing (the key normalises the source, so differing bytes can still match).
+  const v1::Candidate& first = *children.front();
+  const std::string key = VariantKey(first);
+  for (size_t i = 1; i < children.size(); ++i) {
+    const v1::Candidate& c = *children[i];
+    const bool same_bytes =
+        c.source() == first.source() &&
+        google::protobuf::util::MessageDifferencer::Equals(c.plan(), first.plan());
+    if (!same_bytes && VariantKey(c) != key) return 0;
   }
   auto it = variants_.find(key);
   if (it == variants_.end() || it->second.ok < options_.min_points) return 0;

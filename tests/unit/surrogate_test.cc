@@ -209,6 +209,9 @@ TEST_F(ScreenerTest, DoesNotBorrowTimingsAcrossVariants) {
   // A model-written kernel with other source has no history of its own.
   const v1::Candidate far = Child(1, 4, "other"), near = Child(32, 2, "other");
   EXPECT_EQ(s.Choose({&far, &near}, 1), 0);
+  // A child whose source differs only in a comment is the same variant, so it is screened.
+  const v1::Candidate plain_far = Child(1, 4), commented_near = Child(32, 2, "kernel // tuned");
+  EXPECT_EQ(s.Choose({&plain_far, &commented_near}, 1), 1);
   // Children of different variants are never ranked against each other.
   const v1::Candidate mixed_far = Child(1, 4), mixed_near = Child(32, 2, "other");
   EXPECT_EQ(s.Choose({&mixed_far, &mixed_near}, 1), 0);
