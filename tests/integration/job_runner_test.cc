@@ -232,6 +232,17 @@ class JobRunnerTest : public ::testing::Test {
     return rep;
   }
 
+  // A fresh job with this many children screened per proposal, run to completion.
+  RunReport RunScreened(uint64_t seed, int64_t max_candidates, int screen_children,
+                        const RunOptions& o) {
+    MemoryStore store;
+    v1::JobSpec spec = Spec(seed, max_candidates);
+    spec.mutable_evolution()->set_screen_children(screen_children);
+    RunReport rep = Run(store, Submit(store, spec), o);
+    EXPECT_TRUE(rep.job.ok() && rep.job->state() == v1::JOB_STATE_COMPLETED);
+    return rep;
+  }
+
   // One line per candidate: what was proposed, independent of the job id.
   static std::vector<std::string> Trace(const std::vector<v1::Candidate>& cands) {
     std::vector<std::string> out;
@@ -359,13 +370,8 @@ TEST_F(JobRunnerTest, AStalledSearchExploresWithAGlobalDraw) {
   // Past the optimum of this small space the search stalls; its explorations then ask for a wide
   // sample to screen. Without screening, every request asks for one child.
   auto requests_with = [&](int screen_children) {
-    MemoryStore store;
-    v1::JobSpec spec = Spec(3, 60);
-    spec.mutable_evolution()->set_screen_children(screen_children);
-    const std::string id = Submit(store, spec);
     std::vector<std::pair<std::string, int>> requests;
-    RunReport rep = Run(store, id, {.requests = &requests});
-    EXPECT_TRUE(rep.job.ok() && rep.job->state() == v1::JOB_STATE_COMPLETED);
+    RunScreened(3, 60, screen_children, {.requests = &requests});
     return requests;
   };
   std::map<int, int> counts;  // count -> requests
@@ -398,18 +404,14 @@ TEST_F(JobRunnerTest, AScreenOracleRanksTheOfferedChildren) {
   // The benchmarks' ceiling: known costs pick among the screened children. Without screening
   // there is nothing to rank and the oracle is never asked.
   auto calls_with = [&](int screen_children) {
-    MemoryStore store;
-    v1::JobSpec spec = Spec(5, 30);
-    spec.mutable_evolution()->set_screen_children(screen_children);
-    const std::string id = Submit(store, spec);
     int calls = 0;
-    RunReport rep = Run(store, id, {.oracle = [&calls](const v1::Candidate& c) -> std::optional<double> {
-                                      ++calls;
-                                      double sum = 0;
-                                      for (const auto& [k, v] : c.params()) sum += static_cast<double>(v);
-                                      return sum;
-                                    }});
-    EXPECT_TRUE(rep.job.ok() && rep.job->state() == v1::JOB_STATE_COMPLETED);
+    RunScreened(5, 30, screen_children,
+                {.oracle = [&calls](const v1::Candidate& c) -> std::optional<double> {
+                  ++calls;
+                  double sum = 0;
+                  for (const auto& [k, v] : c.params()) sum += static_cast<double>(v);
+                  return sum;
+                }});
     return calls;
   };
   EXPECT_GT(calls_with(16), 16 * 10);
