@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "common/clock.h"
+#include "common/host_memory.h"
 #include "common/launch.h"
 #include "common/logging.h"
 #include "common/param_space.h"
@@ -27,6 +28,7 @@
 using namespace kforge;
 
 int main(int argc, char** argv) {
+  kforge::KeepLargeAllocationsInHeap();  // as the worker and the CLI do
   CLI::App app{"kforge pipeline throughput benchmark", "kforge-bench-pipeline"};
   std::string problem_dir = std::string(KFORGE_SOURCE_DIR) + "/examples/opencl/transpose";
   int n = 20;

@@ -7,6 +7,7 @@
 #include "cli/eval_command.h"
 #include "cli/run_command.h"
 #include "cli/validate_command.h"
+#include "common/host_memory.h"
 #include "common/problem_loader.h"
 
 namespace {
@@ -30,6 +31,7 @@ int Validate(const std::string& dir) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  kforge::KeepLargeAllocationsInHeap();  // eval and run move kernel buffers in this process
   CLI::App app{"kforge: evolutionary GPU kernel optimization", "kforge"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kforge 0.1.0");

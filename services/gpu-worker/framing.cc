@@ -45,9 +45,10 @@ absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg) {
   const uint32_t n = static_cast<uint32_t>(body.size());
   unsigned char header[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
                              static_cast<unsigned char>(n >> 16), static_cast<unsigned char>(n >> 24)};
-  std::string frame(reinterpret_cast<char*>(header), 4);
-  frame += body;
-  return WriteAll(fd, frame.data(), frame.size());
+  // Two writes rather than one concatenated copy: frames carry buffers of tens of MB.
+  const absl::Status st = WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header));
+  if (!st.ok()) return st;
+  return WriteAll(fd, body.data(), body.size());
 }
 
 absl::Status ReadFull(int fd, void* buf, size_t n, int64_t deadline_ms) {

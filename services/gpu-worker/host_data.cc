@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
 
@@ -151,6 +152,16 @@ std::string FillBytes(v1::DType dtype, int64_t n, const v1::Fill& fill, std::mt1
     }
   }
   return bytes;
+}
+
+absl::StatusOr<std::string> PoisonBytes(const v1::Poison& poison, int64_t max_bytes) {
+  const int64_t size = DTypeSize(poison.dtype());
+  if (size <= 0 || poison.elements() < 0 || poison.elements() > max_bytes / size) {
+    return absl::InvalidArgumentError(absl::StrCat("poison of ", poison.elements(), " elements of ",
+                                                   v1::DType_Name(poison.dtype()),
+                                                   " is out of range"));
+  }
+  return PoisonBytes(poison.dtype(), poison.elements(), poison.pattern());
 }
 
 std::string PoisonBytes(v1::DType dtype, int64_t n, int pattern) {

@@ -7,8 +7,10 @@
 #include <random>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "kforge/v1/evaluation.pb.h"
 #include "kforge/v1/problem.pb.h"
+#include "kforge/v1/sandbox.pb.h"
 
 namespace kforge::worker {
 
@@ -27,6 +29,10 @@ std::string FillBytes(v1::DType dtype, int64_t elements, const v1::Fill& fill, s
 // patterns are used on the two validation runs, so an element left untouched fails at least one
 // of them whatever the reference holds there. Pattern 0 is NaN for floats.
 std::string PoisonBytes(v1::DType dtype, int64_t elements, int pattern);
+
+// The sandbox side of v1::Poison: the bytes it stands for, refused when the size is negative or
+// larger than max_bytes.
+absl::StatusOr<std::string> PoisonBytes(const v1::Poison& poison, int64_t max_bytes);
 
 struct CompareResult {
   bool ok = true;

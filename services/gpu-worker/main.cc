@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/server_util.h"
 #include "services/gpu-worker/worker_config.h"
@@ -14,6 +15,7 @@
 
 int main(int argc, char** argv) {
   using namespace kforge;
+  KeepLargeAllocationsInHeap();
   worker::WorkerOptions opts;
   ConfigSchema schema;
   worker::AddWorkerFields(schema, opts);

@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include "common/host_memory.h"
 #include "services/gpu-worker/sandbox_server.h"
 
 int main() {
+  kforge::KeepLargeAllocationsInHeap();
   // Keep stdout for frames only: anything a driver prints goes to stderr.
   const int frames_out = dup(1);
   dup2(2, 1);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/gpu-worker/cuda_backend.h"
 #include "services/gpu-worker/framing.h"
+#include "services/gpu-worker/host_data.h"
 #include "services/gpu-worker/opencl_backend.h"
 
 namespace kforge::worker {
@@ -42,13 +43,22 @@ class BoundSet {
   absl::Status Upload(const v1::BufferSet& set) {
     for (const auto& b : set.buffers()) {
       if (b.restore_each_run()) restore_.push_back(&b);
+      if (b.check_unchanged()) sent_[b.name()] = &b.data();
+      const std::string* data = &b.data();
+      std::string poison;
+      if (b.has_poison()) {
+        auto p = PoisonBytes(b.poison(), kMaxFrameBytes);
+        if (!p.ok()) return p.status();
+        poison = *std::move(p);
+        data = &poison;
+      }
       auto it = bufs_.find(b.name());
       if (it == bufs_.end()) {
-        auto d = backend_.Alloc(b.data().size());
+        auto d = backend_.Alloc(data->size());
         if (!d.ok()) return d.status();
-        it = bufs_.emplace(b.name(), std::make_pair(*d, b.data().size())).first;
+        it = bufs_.emplace(b.name(), std::make_pair(*d, data->size())).first;
       }
-      if (absl::Status st = backend_.Upload(it->second.first, b.data()); !st.ok()) return st;
+      if (absl::Status st = backend_.Upload(it->second.first, *data); !st.ok()) return st;
     }
     return absl::OkStatus();
   }
@@ -70,6 +80,8 @@ class BoundSet {
     }
     return out;
   }
+  // Every buffer the set's kernels saw; inputs that still hold what was sent come back as a
+  // verdict only.
   absl::Status DownloadAll(google::protobuf::RepeatedPtrField<v1::BufferData>* out) {
     std::map<std::string, std::pair<DeviceBuf, size_t>> view;
     if (shared_ != nullptr) view = shared_->bufs_;
@@ -78,11 +90,20 @@ class BoundSet {
       auto* b = out->Add();
       b->set_name(name);
       if (absl::Status st = backend_.Download(buf.first, buf.second, b->mutable_data()); !st.ok()) return st;
+      const std::string* sent = SentInput(name);
+      if (sent != nullptr && *sent == b->data()) {
+        b->clear_data();
+        b->set_unchanged(true);
+      }
     }
     return absl::OkStatus();
   }
 
  private:
+  const std::string* SentInput(const std::string& name) const {
+    if (auto it = sent_.find(name); it != sent_.end()) return it->second;
+    return shared_ != nullptr ? shared_->SentInput(name) : nullptr;
+  }
   const std::pair<DeviceBuf, size_t>* Find(const std::string& name) const {
     if (auto it = bufs_.find(name); it != bufs_.end()) return &it->second;
     return shared_ != nullptr ? shared_->Find(name) : nullptr;
@@ -91,6 +112,7 @@ class BoundSet {
   DeviceBackend& backend_;
   const BoundSet* shared_;
   std::vector<const v1::BufferData*> restore_;
+  std::map<std::string, const std::string*> sent_;  // check_unchanged inputs, as sent
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
 };
 

@@ -1,0 +1,168 @@
+// ExecuteRun (the sandbox's side of a run request) on a host-memory backend: outputs sent as a
+// poison description are filled by the sandbox, bad descriptions are refused, and inputs come
+// back as a verdict when unchanged but in full when a kernel wrote them.
+
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "gtest/gtest.h"
+#include "services/gpu-worker/host_data.h"
+#include "services/gpu-worker/sandbox_server.h"
+
+namespace kforge::worker {
+namespace {
+
+// Buffers are host strings; a "kernel" is a function over the bound buffers.
+class HostBackend : public DeviceBackend {
+ public:
+  using Kernel = std::function<void(std::vector<std::string*>&)>;
+  explicit HostBackend(Kernel k) : kernel_(std::move(k)) {}
+
+  v1::HelloResponse Init() override { return {}; }
+  v1::CompileResponse Compile(const v1::CompileRequest&) override { return {}; }
+  absl::StatusOr<DeviceBuf> Alloc(size_t bytes) override {
+    bufs_[next_] = std::string(bytes, '\x55');
+    return next_++;
+  }
+  void Free(DeviceBuf buf) override { bufs_.erase(buf); }
+  absl::Status Upload(DeviceBuf buf, const std::string& data) override {
+    bufs_.at(buf) = data;
+    return absl::OkStatus();
+  }
+  absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) override {
+    *data = bufs_.at(buf).substr(0, bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> Launch(int, const std::vector<BoundCall>& calls) override {
+    for (const auto& c : calls) {
+      std::vector<std::string*> args;
+      for (DeviceBuf b : c.buffers) args.push_back(b == 0 ? nullptr : &bufs_.at(b));
+      kernel_(args);
+    }
+    return 1e-3;
+  }
+
+ private:
+  Kernel kernel_;
+  std::map<DeviceBuf, std::string> bufs_;
+  DeviceBuf next_ = 1;
+};
+
+// y = x + 1 over f32, writing only the first `written` elements.
+v1::RunRequest AddOneRequest(int64_t n, int pattern) {
+  v1::RunRequest req;
+  req.set_mode(v1::RunRequest::MODE_VALIDATE);
+  auto* call = req.add_calls();
+  call->set_kernel("add_one");
+  call->add_args()->set_buffer("x");
+  call->add_args()->set_buffer("y");
+  auto* set = req.add_sets();
+  auto* x = set->add_buffers();
+  x->set_name("x");
+  x->set_data(std::string(static_cast<size_t>(n) * 4, '\0'));  // n zeros
+  x->set_check_unchanged(true);
+  auto* y = set->add_buffers();
+  y->set_name("y");
+  y->mutable_poison()->set_dtype(v1::DTYPE_F32);
+  y->mutable_poison()->set_elements(n);
+  y->mutable_poison()->set_pattern(pattern);
+  return req;
+}
+
+HostBackend::Kernel AddOne(int64_t written) {
+  return [written](std::vector<std::string*>& a) {
+    for (int64_t i = 0; i < written; ++i) {
+      float v;
+      std::memcpy(&v, a[0]->data() + i * 4, 4);
+      v += 1;
+      std::memcpy(a[1]->data() + i * 4, &v, 4);
+    }
+  };
+}
+
+const std::string* Returned(const v1::RunResponse& r, const std::string& name) {
+  for (const auto& b : r.buffers()) {
+    if (b.name() == name) return &b.data();
+  }
+  return nullptr;
+}
+
+TEST(PoisonTest, ADescriptionStandsForThePoisonBytes) {
+  for (int pattern : {0, 1}) {
+    v1::Poison p;
+    p.set_dtype(v1::DTYPE_F16);
+    p.set_elements(7);
+    p.set_pattern(pattern);
+    auto bytes = PoisonBytes(p, 1 << 20);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, PoisonBytes(v1::DTYPE_F16, 7, pattern));
+  }
+}
+
+TEST(PoisonTest, OutOfRangeDescriptionsAreRefused) {
+  v1::Poison p;
+  p.set_dtype(v1::DTYPE_F32);
+  p.set_elements(-1);
+  EXPECT_FALSE(PoisonBytes(p, 1 << 20).ok());
+  p.set_elements((1 << 20) / 4 + 1);  // one element over the cap
+  EXPECT_FALSE(PoisonBytes(p, 1 << 20).ok());
+  p.set_elements((1 << 20) / 4);
+  EXPECT_TRUE(PoisonBytes(p, 1 << 20).ok());
+  p.set_dtype(v1::DTYPE_UNSPECIFIED);
+  p.set_elements(4);
+  auto unknown = PoisonBytes(p, 1 << 20);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("DTYPE_UNSPECIFIED"), std::string::npos)
+      << unknown.status();
+}
+
+TEST(SandboxRunTest, PoisonedOutputsAreFilledBySandboxAndUnwrittenElementsComeBackPoisoned) {
+  for (int pattern : {0, 1}) {
+    HostBackend backend(AddOne(/*written=*/3));
+    auto r = ExecuteRun(backend, AddOneRequest(5, pattern));
+    ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+    const std::string* y = Returned(r, "y");
+    ASSERT_NE(y, nullptr);
+    ASSERT_EQ(y->size(), 20u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(ElementAt(*y, v1::DTYPE_F32, i), 1.0) << i;
+    const std::string poison = PoisonBytes(v1::DTYPE_F32, 1, pattern);
+    EXPECT_EQ(y->substr(12, 4), poison);
+    EXPECT_EQ(y->substr(16, 4), poison);
+  }
+}
+
+TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
+  HostBackend honest(AddOne(5));
+  auto r = ExecuteRun(honest, AddOneRequest(5, 0));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  for (const auto& b : r.buffers()) {
+    if (b.name() == "x") {
+      EXPECT_TRUE(b.unchanged());
+      EXPECT_TRUE(b.data().empty());
+    }
+  }
+
+  HostBackend clobbers([](std::vector<std::string*>& a) { (*a[0])[6] = '\x01'; });
+  r = ExecuteRun(clobbers, AddOneRequest(5, 0));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  const std::string* x = Returned(r, "x");
+  ASSERT_NE(x, nullptr);
+  ASSERT_EQ(x->size(), 20u);
+  EXPECT_EQ((*x)[6], '\x01');
+  for (const auto& b : r.buffers()) EXPECT_FALSE(b.unchanged()) << b.name();
+}
+
+TEST(SandboxRunTest, AnOutOfRangePoisonFailsTheRunWithoutLaunching) {
+  bool launched = false;
+  HostBackend backend([&](std::vector<std::string*>&) { launched = true; });
+  v1::RunRequest req = AddOneRequest(5, 0);
+  req.mutable_sets(0)->mutable_buffers(1)->mutable_poison()->set_elements(-5);
+  auto r = ExecuteRun(backend, req);
+  EXPECT_NE(r.outcome(), v1::OUTCOME_OK);
+  EXPECT_NE(r.message().find("poison"), std::string::npos) << r.message();
+  EXPECT_FALSE(launched);
+}
+
+}  // namespace
+}  // namespace kforge::worker
