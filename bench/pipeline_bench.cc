@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   int n = 20;
   app.add_option("--problem", problem_dir, "problem folder (OpenCL)");
   app.add_option("--candidates", n, "candidates per mode");
+  worker::EvaluatorOptions opts;
+  app.add_option("--resident-input-bytes", opts.resident_input_bytes,
+                 "input bytes the sandbox keeps between runs (0: send inputs on every run)");
   CLI11_PARSE(app, argc, argv);
 
   auto problem = LoadProblem(problem_dir);
@@ -44,7 +47,6 @@ int main(int argc, char** argv) {
   auto space = ParamSpace::Create(*problem);
   const ParamAssignment params = *space->DefaultAssignment();
   RealClock clock;
-  worker::EvaluatorOptions opts;
   opts.sandbox.binary = worker::FindSandboxBinary();
   // A small, fixed benchmark per candidate: this measures the pipeline, not the kernel.
   opts.warmup = 1;

@@ -425,7 +425,7 @@ class CudaBackend final : public DeviceBackend {
     return static_cast<DeviceBuf>(p);
   }
   void Free(DeviceBuf buf) override { cu_.MemFree(static_cast<CUdeviceptr>(buf)); }
-  absl::Status Upload(DeviceBuf buf, const std::string& data) override {
+  absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     if (data.empty()) return absl::OkStatus();
     return Check(cu_.MemcpyHtoD(static_cast<CUdeviceptr>(buf), data.data(), data.size()), "cuMemcpyHtoD");
   }

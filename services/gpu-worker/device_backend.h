@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,7 +36,7 @@ class DeviceBackend {
 
   [[nodiscard]] virtual absl::StatusOr<DeviceBuf> Alloc(size_t bytes) = 0;
   virtual void Free(DeviceBuf buf) = 0;
-  [[nodiscard]] virtual absl::Status Upload(DeviceBuf buf, const std::string& data) = 0;
+  [[nodiscard]] virtual absl::Status Upload(DeviceBuf buf, std::string_view data) = 0;
   [[nodiscard]] virtual absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) = 0;
 
   // Runs the calls in order and waits for them. Returns device seconds from the start of the

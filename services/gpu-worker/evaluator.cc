@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/status_macros.h"
 #include "services/gpu-worker/host_data.h"
+#include "services/gpu-worker/resident_inputs.h"
 
 namespace kforge::worker {
 
@@ -35,8 +36,10 @@ struct Evaluator::ProblemData {
 };
 
 struct Evaluator::BackendState {
+  explicit BackendState(int64_t resident_bytes) : resident(resident_bytes) {}
   std::mutex mu;
   std::unique_ptr<Sandbox> sandbox;
+  ResidentIndex resident;  // what the sandbox holds, for its current generation
   std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by problem hash
 };
 
@@ -166,8 +169,11 @@ class Evaluator::Run {
   const std::map<std::string, std::string>& Inputs(int set, int index);
   absl::Status EnsureReference(int set, int index);
   absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
-  v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch, int pattern,
-                         bool inputs_only = false);
+  // `resident`: inputs go by key when the sandbox holds them (candidate runs). Reference runs
+  // always carry their bytes: the answers every candidate is judged by come from inputs the
+  // worker sent in that very request.
+  v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
+                         int pattern, bool inputs_only, bool resident);
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
                                const std::vector<v1::BufferSet>& sets, bool bench);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
@@ -218,8 +224,9 @@ const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int in
   return data_->inputs[key] = std::move(bufs);
 }
 
-v1::BufferSet Evaluator::Run::BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
-                                       int pattern, bool inputs_only) {
+v1::BufferSet Evaluator::Run::BuildSet(int set, int index,
+                                       const std::map<std::string, int64_t>& scratch, int pattern,
+                                       bool inputs_only, bool resident) {
   v1::BufferSet out;
   const auto& inputs = Inputs(set, index);
   const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
@@ -230,7 +237,17 @@ v1::BufferSet Evaluator::Run::BuildSet(int set, int index, const std::map<std::s
     if (b.role() == v1::BUFFER_ROLE_OUT) {
       SetPoison(*d, b.dtype(), *ShapeElements(b.shape(), env), pattern);
     } else {
-      d->set_data(inputs.at(b.name()));
+      const std::string& bytes = inputs.at(b.name());
+      const std::string key = absl::StrCat(p_.content_hash(), "/", set, "/", index, "/", b.name());
+      if (resident && !bytes.empty() && st_.resident.Holds(sb_->generation(), key)) {
+        d->set_resident_key(key);
+      } else {
+        d->set_data(bytes);
+        if (resident && !bytes.empty() &&
+            st_.resident.Add(sb_->generation(), key, static_cast<int64_t>(bytes.size()))) {
+          d->set_resident_key(key);
+        }
+      }
       d->set_restore_each_run(b.role() == v1::BUFFER_ROLE_INOUT);
       d->set_check_unchanged(b.role() == v1::BUFFER_ROLE_IN);
     }
@@ -251,6 +268,7 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
   run->set_mode(bench ? v1::RunRequest::MODE_BENCH : v1::RunRequest::MODE_VALIDATE);
   run->set_program_id(program);
   for (const auto& c : calls) *run->add_calls() = c;
+  for (auto& key : st_.resident.TakeDrops()) run->add_drop_resident(std::move(key));
   for (const auto& s : sets) *run->add_sets() = s;
   if (bench) {
     run->set_warmup(ev_.options_.warmup);
@@ -284,7 +302,9 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index) {
     data_->ref_generation = sb_->generation();
   }
   if (data_->ref_outputs.contains({set, index})) return absl::OkStatus();
-  auto r = RunCalls(data_->ref_program, ref_calls_[set], {BuildSet(set, index, {}, 0)}, /*bench=*/false);
+  auto r = RunCalls(data_->ref_program, ref_calls_[set],
+                    {BuildSet(set, index, {}, 0, false, /*resident=*/false)},
+                    /*bench=*/false);
   if (r.status != Sandbox::CallStatus::kOk) return absl::UnavailableError(absl::StrCat("reference run: ", r.message));
   if (r.response.run().outcome() != v1::OUTCOME_OK) {
     return absl::FailedPreconditionError(absl::StrCat("the reference failed: ", r.response.run().message()));
@@ -306,7 +326,8 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set, const s
   }
   if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
   std::vector<v1::BufferSet> sets;
-  for (int i : indices) sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0]));
+  for (int i : indices)
+    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
   auto r = RunCalls(data_->ref_program, ref_calls_[set], sets, /*bench=*/true);
   if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK) {
     return absl::UnavailableError(absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
@@ -473,7 +494,9 @@ void Evaluator::Run::Execute() {
       }
       const int repeats = trial == 0 ? 2 : 1;
       for (int rep = 0; rep < repeats; ++rep) {
-        auto r = RunCalls(cand_program_, cand_calls_[set], {BuildSet(set, trial, cand_scratch_[set], rep)}, false);
+        auto r = RunCalls(cand_program_, cand_calls_[set],
+                          {BuildSet(set, trial, cand_scratch_[set], rep, false, /*resident=*/true)},
+                          false);
         if (r.status != Sandbox::CallStatus::kOk) {
           EndCallFailure(v1::STAGE_VALIDATE, t0, r);
           return;
@@ -518,7 +541,10 @@ void Evaluator::Run::Execute() {
       return;
     }
     std::vector<v1::BufferSet> sets;
-    for (int i : indices) sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0]));
+    for (int i : indices) {
+      sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
+                              /*resident=*/true));
+    }
     auto r = RunCalls(cand_program_, cand_calls_[set], sets, /*bench=*/true);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_BENCHMARK, t0, r);
@@ -568,7 +594,7 @@ Evaluator::BackendState& Evaluator::StateFor(v1::Backend backend) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = backends_[backend];
   if (slot == nullptr) {
-    slot = std::make_unique<BackendState>();
+    slot = std::make_unique<BackendState>(options_.resident_input_bytes);
     slot->sandbox = std::make_unique<Sandbox>(options_.sandbox, backend);
   }
   return *slot;

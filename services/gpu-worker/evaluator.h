@@ -30,6 +30,9 @@ struct EvaluatorOptions {
   int max_samples = 200;
   double min_bench_seconds = 0.25;  // device time per size set and kernel
   int bench_input_sets = 3;         // input sets rotated between benchmark samples
+  // Input bytes a sandbox keeps between runs (read-only), so that a problem's inputs cross the
+  // pipe once per sandbox lifetime rather than on every run; 0 sends them every time.
+  int64_t resident_input_bytes = int64_t{1} << 30;
   int64_t max_message_bytes = 2048; // compile logs and messages are truncated to this
   // Salt for the random inputs; 0 draws one from the OS at construction. Inputs depend on it,
   // the problem and the trial, never on the candidate, and nothing outside this process sees it.

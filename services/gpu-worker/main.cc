@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   eval_opts.worker_id = opts.worker_id;
   eval_opts.run_timeout_seconds = opts.timeout_seconds;
   eval_opts.sandbox.memory_limit_mb = opts.memory_limit_mb;
+  eval_opts.resident_input_bytes = opts.resident_input_mb << 20;
   RealClock clock;
   worker::Evaluator evaluator(eval_opts, clock, log);
   worker::WorkerCoreOptions core_opts;

@@ -194,7 +194,7 @@ class OpenClBackend final : public DeviceBackend {
 
   void Free(DeviceBuf buf) override { clReleaseMemObject(reinterpret_cast<cl_mem>(buf)); }
 
-  absl::Status Upload(DeviceBuf buf, const std::string& data) override {
+  absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     if (data.empty()) return absl::OkStatus();
     cl_int err = clEnqueueWriteBuffer(queue_, reinterpret_cast<cl_mem>(buf), CL_TRUE, 0, data.size(),
                                       data.data(), 0, nullptr, nullptr);

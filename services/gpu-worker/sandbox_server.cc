@@ -9,6 +9,7 @@
 #include "services/gpu-worker/framing.h"
 #include "services/gpu-worker/host_data.h"
 #include "services/gpu-worker/opencl_backend.h"
+#include "services/gpu-worker/resident_inputs.h"
 
 namespace kforge::worker {
 
@@ -28,37 +29,45 @@ namespace {
 // leaves another set's results behind, which the final validation catches.
 class BoundSet {
  public:
-  BoundSet(DeviceBackend& b, const BoundSet* shared) : backend_(b), shared_(shared) {}
+  BoundSet(DeviceBackend& b, ResidentStore& store, const BoundSet* shared)
+      : backend_(b), store_(store), shared_(shared) {}
   ~BoundSet() {
     for (auto& [n, buf] : bufs_) backend_.Free(buf.first);
   }
   // Re-uploads the buffers a run overwrites in place (inout) so every run sees the same inputs.
   absl::Status Restore() {
-    for (const v1::BufferData* b : restore_) {
-      if (absl::Status st = backend_.Upload(bufs_.at(b->name()).first, b->data()); !st.ok()) return st;
+    for (const auto& [name, data] : restore_) {
+      if (absl::Status st = backend_.Upload(bufs_.at(name).first, data); !st.ok()) return st;
     }
     return shared_ != nullptr ? const_cast<BoundSet*>(shared_)->Restore() : absl::OkStatus();
   }
 
   absl::Status Upload(const v1::BufferSet& set) {
     for (const auto& b : set.buffers()) {
-      if (b.restore_each_run()) restore_.push_back(&b);
-      if (b.check_unchanged()) sent_[b.name()] = &b.data();
-      const std::string* data = &b.data();
+      std::string_view data = b.data();
       std::string poison;
       if (b.has_poison()) {
         auto p = PoisonBytes(b.poison(), kMaxFrameBytes);
         if (!p.ok()) return p.status();
         poison = *std::move(p);
-        data = &poison;
+        data = poison;
+      } else if (!b.resident_key().empty()) {
+        auto r = b.data().empty() ? store_.Get(b.resident_key())
+                                  : store_.Put(b.resident_key(), b.data());
+        if (!r.ok()) return r.status();  // the worker's bookkeeping, not the kernel: an infra error
+        data = *r;  // the read-only copy: it outlives the request and no kernel can change it
+      }
+      if (!b.has_poison()) {  // poison is a local copy; it is never restored nor compared
+        if (b.restore_each_run()) restore_.emplace_back(b.name(), data);
+        if (b.check_unchanged()) sent_[b.name()] = data;
       }
       auto it = bufs_.find(b.name());
       if (it == bufs_.end()) {
-        auto d = backend_.Alloc(data->size());
+        auto d = backend_.Alloc(data.size());
         if (!d.ok()) return d.status();
-        it = bufs_.emplace(b.name(), std::make_pair(*d, data->size())).first;
+        it = bufs_.emplace(b.name(), std::make_pair(*d, data.size())).first;
       }
-      if (absl::Status st = backend_.Upload(it->second.first, *data); !st.ok()) return st;
+      if (absl::Status st = backend_.Upload(it->second.first, data); !st.ok()) return st;
     }
     return absl::OkStatus();
   }
@@ -90,7 +99,7 @@ class BoundSet {
       auto* b = out->Add();
       b->set_name(name);
       if (absl::Status st = backend_.Download(buf.first, buf.second, b->mutable_data()); !st.ok()) return st;
-      const std::string* sent = SentInput(name);
+      const std::string_view* sent = SentInput(name);
       if (sent != nullptr && *sent == b->data()) {
         b->clear_data();
         b->set_unchanged(true);
@@ -100,8 +109,8 @@ class BoundSet {
   }
 
  private:
-  const std::string* SentInput(const std::string& name) const {
-    if (auto it = sent_.find(name); it != sent_.end()) return it->second;
+  const std::string_view* SentInput(const std::string& name) const {
+    if (auto it = sent_.find(name); it != sent_.end()) return &it->second;
     return shared_ != nullptr ? shared_->SentInput(name) : nullptr;
   }
   const std::pair<DeviceBuf, size_t>* Find(const std::string& name) const {
@@ -110,9 +119,11 @@ class BoundSet {
   }
 
   DeviceBackend& backend_;
+  ResidentStore& store_;
   const BoundSet* shared_;
-  std::vector<const v1::BufferData*> restore_;
-  std::map<std::string, const std::string*> sent_;  // check_unchanged inputs, as sent
+  // Views into the request or the resident store, both of which outlive this set.
+  std::vector<std::pair<std::string, std::string_view>> restore_;
+  std::map<std::string, std::string_view> sent_;  // check_unchanged inputs, as sent
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
 };
 
@@ -125,8 +136,10 @@ void Fail(v1::RunResponse& r, const absl::Status& st) {
 
 }  // namespace
 
-v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
+v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
+                           const v1::RunRequest& req) {
   v1::RunResponse r;
+  for (const auto& key : req.drop_resident()) store.Drop(key);
   if (req.sets().empty()) {
     r.set_outcome(v1::OUTCOME_INFRA_ERROR);
     r.set_message("run request without buffers");
@@ -135,7 +148,7 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
   std::vector<std::unique_ptr<BoundSet>> sets;
   const int nsets = req.mode() == v1::RunRequest::MODE_BENCH ? req.sets_size() : 1;
   for (int i = 0; i < nsets; ++i) {
-    sets.push_back(std::make_unique<BoundSet>(backend, i == 0 ? nullptr : sets[0].get()));
+    sets.push_back(std::make_unique<BoundSet>(backend, store, i == 0 ? nullptr : sets[0].get()));
     if (absl::Status st = sets.back()->Upload(req.sets(i)); !st.ok()) {
       Fail(r, st);
       return r;
@@ -202,6 +215,7 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, const v1::RunRequest& req) {
 
 int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
   std::unique_ptr<DeviceBackend> backend;
+  ResidentStore resident;
   while (true) {
     v1::SandboxRequest req;
     absl::Status st = ReadFrame(in_fd, &req);
@@ -230,7 +244,7 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
         if (backend == nullptr) {
           resp.set_error("no device opened");
         } else {
-          *resp.mutable_run() = ExecuteRun(*backend, req.run());
+          *resp.mutable_run() = ExecuteRun(*backend, resident, req.run());
           // A sticky device error poisons the context: report it, then let the worker respawn us.
           exit_after = resp.run().outcome() == v1::OUTCOME_CRASHED;
         }

@@ -15,6 +15,7 @@ struct WorkerOptions {
   std::string queue_url = "redis://127.0.0.1:6379";
   double timeout_seconds = 60;             // per-candidate wall-clock watchdog
   int64_t memory_limit_mb = 8192;          // sandbox address-space limit
+  int64_t resident_input_mb = 1024;        // inputs a sandbox keeps between runs
   std::string compile_cache_dir;           // "" = in-memory only
 };
 

@@ -1,6 +1,7 @@
 // ExecuteRun (the sandbox's side of a run request) on a host-memory backend: outputs sent as a
-// poison description are filled by the sandbox, bad descriptions are refused, and inputs come
-// back as a verdict when unchanged but in full when a kernel wrote them.
+// poison description are filled by the sandbox, bad descriptions are refused, inputs come back as
+// a verdict when unchanged but in full when a kernel wrote them, and resident inputs are stored,
+// reused by key and dropped.
 
 #include <cstring>
 #include <functional>
@@ -26,8 +27,8 @@ class HostBackend : public DeviceBackend {
     return next_++;
   }
   void Free(DeviceBuf buf) override { bufs_.erase(buf); }
-  absl::Status Upload(DeviceBuf buf, const std::string& data) override {
-    bufs_.at(buf) = data;
+  absl::Status Upload(DeviceBuf buf, std::string_view data) override {
+    bufs_.at(buf) = std::string(data);
     return absl::OkStatus();
   }
   absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) override {
@@ -120,7 +121,8 @@ TEST(PoisonTest, OutOfRangeDescriptionsAreRefused) {
 TEST(SandboxRunTest, PoisonedOutputsAreFilledBySandboxAndUnwrittenElementsComeBackPoisoned) {
   for (int pattern : {0, 1}) {
     HostBackend backend(AddOne(/*written=*/3));
-    auto r = ExecuteRun(backend, AddOneRequest(5, pattern));
+    ResidentStore store;
+    auto r = ExecuteRun(backend, store, AddOneRequest(5, pattern));
     ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
     const std::string* y = Returned(r, "y");
     ASSERT_NE(y, nullptr);
@@ -133,8 +135,9 @@ TEST(SandboxRunTest, PoisonedOutputsAreFilledBySandboxAndUnwrittenElementsComeBa
 }
 
 TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
+  ResidentStore store;
   HostBackend honest(AddOne(5));
-  auto r = ExecuteRun(honest, AddOneRequest(5, 0));
+  auto r = ExecuteRun(honest, store, AddOneRequest(5, 0));
   ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
   for (const auto& b : r.buffers()) {
     if (b.name() == "x") {
@@ -144,7 +147,7 @@ TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
   }
 
   HostBackend clobbers([](std::vector<std::string*>& a) { (*a[0])[6] = '\x01'; });
-  r = ExecuteRun(clobbers, AddOneRequest(5, 0));
+  r = ExecuteRun(clobbers, store, AddOneRequest(5, 0));
   ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
   const std::string* x = Returned(r, "x");
   ASSERT_NE(x, nullptr);
@@ -156,12 +159,88 @@ TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
 TEST(SandboxRunTest, AnOutOfRangePoisonFailsTheRunWithoutLaunching) {
   bool launched = false;
   HostBackend backend([&](std::vector<std::string*>&) { launched = true; });
+  ResidentStore store;
   v1::RunRequest req = AddOneRequest(5, 0);
   req.mutable_sets(0)->mutable_buffers(1)->mutable_poison()->set_elements(-5);
-  auto r = ExecuteRun(backend, req);
+  auto r = ExecuteRun(backend, store, req);
   EXPECT_NE(r.outcome(), v1::OUTCOME_OK);
   EXPECT_NE(r.message().find("poison"), std::string::npos) << r.message();
   EXPECT_FALSE(launched);
+}
+
+std::string Floats(std::initializer_list<float> v) {
+  std::string out(v.size() * 4, '\0');
+  std::memcpy(out.data(), std::data(v), out.size());
+  return out;
+}
+
+TEST(SandboxRunTest, AResidentInputIsStoredOnceThenUsedByKeyUntilDropped) {
+  HostBackend backend(AddOne(3));
+  ResidentStore store;
+  v1::RunRequest first = AddOneRequest(3, 0);
+  auto* x = first.mutable_sets(0)->mutable_buffers(0);
+  x->set_data(Floats({1, 2, 3}));
+  x->set_resident_key("p/0/0/x");
+  auto r = ExecuteRun(backend, store, first);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_EQ(store.bytes(), 12);
+
+  v1::RunRequest by_key = first;
+  by_key.mutable_sets(0)->mutable_buffers(0)->clear_data();
+  r = ExecuteRun(backend, store, by_key);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  const std::string* y = Returned(r, "y");
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(*y, Floats({2, 3, 4}));
+  for (const auto& b : r.buffers()) {
+    if (b.name() == "x") EXPECT_TRUE(b.unchanged()) << "compared with the stored copy";
+  }
+
+  by_key.add_drop_resident("p/0/0/x");
+  r = ExecuteRun(backend, store, by_key);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_INFRA_ERROR)
+      << "a missing key is the worker's error, not the kernel's";
+  EXPECT_NE(r.message().find("p/0/0/x"), std::string::npos) << r.message();
+  EXPECT_EQ(store.bytes(), 0);
+}
+
+TEST(ResidentStoreTest, StoredBytesAreReadOnly) {
+  ResidentStore store;
+  auto v = store.Put("k", "abcdef");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "abcdef");
+  EXPECT_EQ(*store.Get("k"), "abcdef");
+  EXPECT_DEATH(const_cast<char*>(v->data())[0] = 'z', "")
+      << "a write to a resident input must fault";
+  store.Drop("k");
+  EXPECT_FALSE(store.Get("k").ok());
+}
+
+TEST(ResidentIndexTest, TracksOneSandboxGenerationWithinItsBudget) {
+  ResidentIndex index(100);
+  EXPECT_FALSE(index.Holds(1, "a"));
+  EXPECT_TRUE(index.Add(1, "a", 60));
+  EXPECT_TRUE(index.Holds(1, "a"));
+  EXPECT_TRUE(index.TakeDrops().empty());
+
+  // b needs room: a, least recently used and not pinned by this request, is evicted.
+  EXPECT_TRUE(index.Add(1, "b", 60));
+  EXPECT_EQ(index.TakeDrops(), std::vector<std::string>{"a"});
+  EXPECT_FALSE(index.Holds(1, "a"));
+  index.TakeDrops();
+
+  // Within one request, a key already used is pinned: what does not fit goes without a key.
+  EXPECT_TRUE(index.Holds(1, "b"));
+  EXPECT_FALSE(index.Add(1, "c", 60));
+  EXPECT_TRUE(index.TakeDrops().empty());
+  EXPECT_TRUE(index.Holds(1, "b"));
+  index.TakeDrops();
+
+  EXPECT_FALSE(index.Add(1, "huge", 101));
+  // A new sandbox holds nothing, and has nothing to drop.
+  EXPECT_FALSE(index.Holds(2, "b"));
+  EXPECT_TRUE(index.Add(2, "c", 60));
+  EXPECT_TRUE(index.TakeDrops().empty());
 }
 
 }  // namespace
