@@ -31,7 +31,8 @@ int Validate(const std::string& dir) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
-  kforge::KeepLargeAllocationsInHeap();  // eval and run move kernel buffers in this process
+  // eval and run move kernel buffers in this process; if refused, they are only slower.
+  (void)kforge::KeepLargeAllocationsInHeap();
   CLI::App app{"kforge: evolutionary GPU kernel optimization", "kforge"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kforge 0.1.0");

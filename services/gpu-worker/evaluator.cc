@@ -175,7 +175,7 @@ class Evaluator::Run {
   v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
                          int pattern, bool inputs_only, bool resident);
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
-                               const std::vector<v1::BufferSet>& sets, bool bench);
+                               std::vector<v1::BufferSet> sets, bool bench);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
   bool Check(int set, int index, const v1::RunResponse& run, int pattern, const char* check_name);
 
@@ -262,14 +262,14 @@ v1::BufferSet Evaluator::Run::BuildSet(int set, int index,
 }
 
 Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::KernelCall>& calls,
-                                             const std::vector<v1::BufferSet>& sets, bool bench) {
+                                             std::vector<v1::BufferSet> sets, bool bench) {
   v1::SandboxRequest req;
   auto* run = req.mutable_run();
   run->set_mode(bench ? v1::RunRequest::MODE_BENCH : v1::RunRequest::MODE_VALIDATE);
   run->set_program_id(program);
   for (const auto& c : calls) *run->add_calls() = c;
   for (auto& key : st_.resident.TakeDrops()) run->add_drop_resident(std::move(key));
-  for (const auto& s : sets) *run->add_sets() = s;
+  for (auto& s : sets) *run->add_sets() = std::move(s);  // tens of MB: moved, not copied
   if (bench) {
     run->set_warmup(ev_.options_.warmup);
     run->set_min_samples(ev_.options_.min_samples);
@@ -278,7 +278,11 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
     run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
   }
   double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
-  return sb_->Call(req, timeout);
+  Sandbox::CallResult r = sb_->Call(req, timeout);
+  // A failed run may have stored only some of its inputs: start the sandbox's copies afresh.
+  if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK)
+    st_.resident.Abandon();
+  return r;
 }
 
 absl::Status Evaluator::Run::EnsureReference(int set, int index) {
@@ -328,7 +332,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set, const s
   std::vector<v1::BufferSet> sets;
   for (int i : indices)
     sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
-  auto r = RunCalls(data_->ref_program, ref_calls_[set], sets, /*bench=*/true);
+  auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), /*bench=*/true);
   if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK) {
     return absl::UnavailableError(absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
   }
@@ -545,7 +549,7 @@ void Evaluator::Run::Execute() {
       sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
                               /*resident=*/true));
     }
-    auto r = RunCalls(cand_program_, cand_calls_[set], sets, /*bench=*/true);
+    auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), /*bench=*/true);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_BENCHMARK, t0, r);
       return;

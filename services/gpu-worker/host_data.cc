@@ -154,13 +154,18 @@ std::string FillBytes(v1::DType dtype, int64_t n, const v1::Fill& fill, std::mt1
   return bytes;
 }
 
-absl::StatusOr<std::string> PoisonBytes(const v1::Poison& poison, int64_t max_bytes) {
+absl::StatusOr<int64_t> PoisonSize(const v1::Poison& poison, int64_t max_bytes) {
   const int64_t size = DTypeSize(poison.dtype());
   if (size <= 0 || poison.elements() < 0 || poison.elements() > max_bytes / size) {
     return absl::InvalidArgumentError(absl::StrCat("poison of ", poison.elements(), " elements of ",
                                                    v1::DType_Name(poison.dtype()),
                                                    " is out of range"));
   }
+  return poison.elements() * size;
+}
+
+absl::StatusOr<std::string> PoisonBytes(const v1::Poison& poison, int64_t max_bytes) {
+  KF_RETURN_IF_ERROR(PoisonSize(poison, max_bytes).status());
   return PoisonBytes(poison.dtype(), poison.elements(), poison.pattern());
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +16,7 @@
 
 int main(int argc, char** argv) {
   using namespace kforge;
-  KeepLargeAllocationsInHeap();
+  const bool heap_tuned = KeepLargeAllocationsInHeap();
   worker::WorkerOptions opts;
   ConfigSchema schema;
   worker::AddWorkerFields(schema, opts);
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
   }
   BlockTerminationSignals();
   auto log = MakeLogger("gpu-worker", *ParseLogLevel(opts.server.log_level));
+  if (!heap_tuned)
+    log->warn("malloc settings refused: large kernel buffers are mapped afresh on every run");
   if (opts.worker_id.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -35,7 +38,9 @@ int main(int argc, char** argv) {
   eval_opts.worker_id = opts.worker_id;
   eval_opts.run_timeout_seconds = opts.timeout_seconds;
   eval_opts.sandbox.memory_limit_mb = opts.memory_limit_mb;
-  eval_opts.resident_input_bytes = opts.resident_input_mb << 20;
+  // The resident copies count against an OpenCL sandbox's address-space limit: keep room for the
+  // runs' own buffers.
+  eval_opts.resident_input_bytes = std::min(opts.resident_input_mb, opts.memory_limit_mb / 4) << 20;
   RealClock clock;
   worker::Evaluator evaluator(eval_opts, clock, log);
   worker::WorkerCoreOptions core_opts;

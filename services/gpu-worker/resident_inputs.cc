@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kforge::worker {
 
@@ -20,7 +21,10 @@ void ResidentStore::Unmap(const Region& r) {
 
 absl::StatusOr<std::string_view> ResidentStore::Put(const std::string& key,
                                                     std::string_view bytes) {
-  Drop(key);
+  if (regions_.contains(key)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("resident input '", key, "' is already held"));
+  }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   Region r;
   r.size = bytes.size();
@@ -79,11 +83,7 @@ bool ResidentIndex::Holds(int generation, const std::string& key) {
 
 bool ResidentIndex::Add(int generation, const std::string& key, int64_t size) {
   Reset(generation);
-  if (auto it = where_.find(key); it != where_.end()) {  // re-stored: replaces the entry
-    bytes_ -= it->second->second;
-    lru_.erase(it->second);
-    where_.erase(it);
-  }
+  KF_CHECK(!where_.contains(key));  // callers ask Holds first
   int64_t pinned_bytes = 0;
   for (const auto& [k, n] : lru_) {
     if (pinned_.contains(k)) pinned_bytes += n;
@@ -104,6 +104,14 @@ bool ResidentIndex::Add(int generation, const std::string& key, int64_t size) {
   bytes_ += size;
   pinned_.insert(key);
   return true;
+}
+
+void ResidentIndex::Abandon() {
+  for (const auto& [key, size] : lru_) drops_.push_back(key);
+  lru_.clear();
+  where_.clear();
+  pinned_.clear();
+  bytes_ = 0;
 }
 
 std::vector<std::string> ResidentIndex::TakeDrops() {

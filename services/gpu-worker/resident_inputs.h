@@ -27,7 +27,8 @@ class ResidentStore {
   ResidentStore(const ResidentStore&) = delete;
   ResidentStore& operator=(const ResidentStore&) = delete;
 
-  // Stores a copy of `bytes` under `key` (replacing an entry of the same key) and returns it.
+  // Stores a copy of `bytes` under `key` and returns it. A key already held is refused: views of
+  // it may still be in use, and the worker drops a key before it stores it again.
   absl::StatusOr<std::string_view> Put(const std::string& key, std::string_view bytes);
   absl::StatusOr<std::string_view> Get(const std::string& key) const;
   void Drop(const std::string& key);
@@ -61,6 +62,9 @@ class ResidentIndex {
   bool Add(int generation, const std::string& key, int64_t size);
   // The request is complete: the keys evicted for it, for RunRequest.drop_resident. Unpins all.
   std::vector<std::string> TakeDrops();
+  // A run failed, perhaps part-way through storing its inputs: forget everything, and have the
+  // next request drop whatever the sandbox may hold, so every key is sent with its bytes again.
+  void Abandon();
 
  private:
   void Reset(int generation);

@@ -8,7 +8,7 @@
 #include "services/gpu-worker/sandbox_server.h"
 
 int main() {
-  kforge::KeepLargeAllocationsInHeap();
+  (void)kforge::KeepLargeAllocationsInHeap();  // if refused, buffer moves are only slower
   // Keep stdout for frames only: anything a driver prints goes to stderr.
   const int frames_out = dup(1);
   dup2(2, 1);

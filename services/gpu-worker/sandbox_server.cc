@@ -145,6 +145,25 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
     r.set_message("run request without buffers");
     return r;
   }
+  // Poisoned buffers come back in the response: refuse what could not fit in one frame before
+  // allocating any of it.
+  int64_t poison_bytes = 0;
+  for (const auto& set : req.sets()) {
+    for (const auto& b : set.buffers()) {
+      if (!b.has_poison()) continue;
+      auto bytes = PoisonSize(b.poison(), kMaxFrameBytes);
+      if (!bytes.ok()) {
+        Fail(r, bytes.status());
+        return r;
+      }
+      poison_bytes += *bytes;
+      if (poison_bytes > kMaxFrameBytes) {
+        Fail(r, absl::InvalidArgumentError(
+                    absl::StrCat("outputs of more than ", kMaxFrameBytes, " bytes (poison)")));
+        return r;
+      }
+    }
+  }
   std::vector<std::unique_ptr<BoundSet>> sets;
   const int nsets = req.mode() == v1::RunRequest::MODE_BENCH ? req.sets_size() : 1;
   for (int i = 0; i < nsets; ++i) {

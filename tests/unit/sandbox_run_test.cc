@@ -82,22 +82,36 @@ HostBackend::Kernel AddOne(int64_t written) {
   };
 }
 
-const std::string* Returned(const v1::RunResponse& r, const std::string& name) {
+const v1::BufferData* ReturnedBuffer(const v1::RunResponse& r, const std::string& name) {
   for (const auto& b : r.buffers()) {
-    if (b.name() == name) return &b.data();
+    if (b.name() == name) return &b;
   }
   return nullptr;
 }
 
+const std::string* Returned(const v1::RunResponse& r, const std::string& name) {
+  const v1::BufferData* b = ReturnedBuffer(r, name);
+  return b == nullptr ? nullptr : &b->data();
+}
+
 TEST(PoisonTest, ADescriptionStandsForThePoisonBytes) {
+  // f32: a NaN with a recognisable payload (pattern 0) and a huge finite value (pattern 1).
+  uint32_t nan_bits = 0x7fc0dead;
+  float huge = 3.0e38f;
   for (int pattern : {0, 1}) {
     v1::Poison p;
-    p.set_dtype(v1::DTYPE_F16);
-    p.set_elements(7);
+    p.set_dtype(v1::DTYPE_F32);
+    p.set_elements(3);
     p.set_pattern(pattern);
     auto bytes = PoisonBytes(p, 1 << 20);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
-    EXPECT_EQ(*bytes, PoisonBytes(v1::DTYPE_F16, 7, pattern));
+    ASSERT_EQ(bytes->size(), 12u);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(0, std::memcmp(bytes->data() + 4 * i,
+                               pattern == 0 ? static_cast<const void*>(&nan_bits) : &huge, 4))
+          << "pattern " << pattern << " element " << i;
+    }
+    EXPECT_EQ(*PoisonSize(p, 1 << 20), 12);
   }
 }
 
@@ -139,12 +153,10 @@ TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
   HostBackend honest(AddOne(5));
   auto r = ExecuteRun(honest, store, AddOneRequest(5, 0));
   ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
-  for (const auto& b : r.buffers()) {
-    if (b.name() == "x") {
-      EXPECT_TRUE(b.unchanged());
-      EXPECT_TRUE(b.data().empty());
-    }
-  }
+  const v1::BufferData* x_verdict = ReturnedBuffer(r, "x");
+  ASSERT_NE(x_verdict, nullptr);
+  EXPECT_TRUE(x_verdict->unchanged());
+  EXPECT_TRUE(x_verdict->data().empty());
 
   HostBackend clobbers([](std::vector<std::string*>& a) { (*a[0])[6] = '\x01'; });
   r = ExecuteRun(clobbers, store, AddOneRequest(5, 0));
@@ -192,9 +204,8 @@ TEST(SandboxRunTest, AResidentInputIsStoredOnceThenUsedByKeyUntilDropped) {
   const std::string* y = Returned(r, "y");
   ASSERT_NE(y, nullptr);
   EXPECT_EQ(*y, Floats({2, 3, 4}));
-  for (const auto& b : r.buffers()) {
-    if (b.name() == "x") EXPECT_TRUE(b.unchanged()) << "compared with the stored copy";
-  }
+  ASSERT_NE(ReturnedBuffer(r, "x"), nullptr);
+  EXPECT_TRUE(ReturnedBuffer(r, "x")->unchanged()) << "compared with the stored copy";
 
   by_key.add_drop_resident("p/0/0/x");
   r = ExecuteRun(backend, store, by_key);
@@ -202,6 +213,96 @@ TEST(SandboxRunTest, AResidentInputIsStoredOnceThenUsedByKeyUntilDropped) {
       << "a missing key is the worker's error, not the kernel's";
   EXPECT_NE(r.message().find("p/0/0/x"), std::string::npos) << r.message();
   EXPECT_EQ(store.bytes(), 0);
+}
+
+TEST(SandboxRunTest, BenchSetsUseTheirOwnResidentInputsAndShareSetZerosOutputs) {
+  HostBackend backend(AddOne(3));
+  ResidentStore store;
+  v1::RunRequest req = AddOneRequest(3, 0);
+  req.set_mode(v1::RunRequest::MODE_BENCH);
+  req.set_warmup(1);
+  req.set_min_samples(4);
+  req.set_max_samples(4);
+  for (int i = 0; i < 3; ++i) {
+    v1::BufferSet* set = i == 0 ? req.mutable_sets(0) : req.add_sets();
+    if (i > 0) set->add_buffers()->set_name("x");  // inputs only; y comes from set 0
+    auto* x = set->mutable_buffers(0);
+    x->set_data(Floats({10.0f * i, 10.0f * i + 1, 10.0f * i + 2}));
+    x->set_resident_key("p/0/" + std::to_string(i) + "/x");
+  }
+  auto r = ExecuteRun(backend, store, req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_EQ(store.bytes(), 36);
+  const int last = r.last_set();
+  const std::string* y = Returned(r, "y");
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(*y, Floats({10.0f * last + 1, 10.0f * last + 2, 10.0f * last + 3}))
+      << "last set " << last;
+
+  // Again by key alone: the same answer from the stored copies.
+  for (auto& set : *req.mutable_sets()) set.mutable_buffers(0)->clear_data();
+  auto again = ExecuteRun(backend, store, req);
+  ASSERT_EQ(again.outcome(), v1::OUTCOME_OK) << again.message();
+  EXPECT_EQ(*Returned(again, "y"), *y);
+}
+
+TEST(SandboxRunTest, AResidentInoutBufferIsRestoredFromTheStoredCopyBeforeEverySample) {
+  // acc += 1 in place: without a restore before each sample the result would drift.
+  HostBackend backend([](std::vector<std::string*>& a) {
+    for (size_t i = 0; i < a[0]->size() / 4; ++i) {
+      float v;
+      std::memcpy(&v, a[0]->data() + 4 * i, 4);
+      v += 1;
+      std::memcpy(a[0]->data() + 4 * i, &v, 4);
+    }
+  });
+  ResidentStore store;
+  v1::RunRequest req;
+  req.set_mode(v1::RunRequest::MODE_BENCH);
+  req.set_warmup(2);
+  req.set_min_samples(5);
+  req.set_max_samples(5);
+  auto* call = req.add_calls();
+  call->set_kernel("inc");
+  call->add_args()->set_buffer("acc");
+  auto* acc = req.add_sets()->add_buffers();
+  acc->set_name("acc");
+  acc->set_data(Floats({1, 2}));
+  acc->set_restore_each_run(true);
+  acc->set_resident_key("p/0/0/acc");
+  auto r = ExecuteRun(backend, store, req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_EQ(*Returned(r, "acc"), Floats({2, 3}));
+  acc->clear_data();
+  r = ExecuteRun(backend, store, req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_EQ(*Returned(r, "acc"), Floats({2, 3}));
+}
+
+TEST(SandboxRunTest, OutputsTooLargeForAResponseAreRefusedBeforeAnyAllocation) {
+  bool launched = false;
+  HostBackend backend([&](std::vector<std::string*>&) { launched = true; });
+  ResidentStore store;
+  v1::RunRequest req = AddOneRequest(3, 0);
+  auto* set = req.mutable_sets(0);
+  for (int i = 0; i < 3; ++i) {  // three outputs of 512 MB each: each fits a frame, together not
+    auto* b = set->add_buffers();
+    b->set_name("big" + std::to_string(i));
+    b->mutable_poison()->set_dtype(v1::DTYPE_U8);
+    b->mutable_poison()->set_elements(int64_t{512} << 20);
+  }
+  auto r = ExecuteRun(backend, store, req);
+  EXPECT_NE(r.outcome(), v1::OUTCOME_OK);
+  EXPECT_NE(r.message().find("poison"), std::string::npos) << r.message();
+  EXPECT_FALSE(launched);
+}
+
+TEST(ResidentStoreTest, AKeyAlreadyHeldIsNotStoredAgain) {
+  ResidentStore store;
+  ASSERT_TRUE(store.Put("k", "abc").ok());
+  auto again = store.Put("k", "xyz");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
+  EXPECT_EQ(*store.Get("k"), "abc");
 }
 
 TEST(ResidentStoreTest, StoredBytesAreReadOnly) {
@@ -237,6 +338,16 @@ TEST(ResidentIndexTest, TracksOneSandboxGenerationWithinItsBudget) {
   index.TakeDrops();
 
   EXPECT_FALSE(index.Add(1, "huge", 101));
+  index.TakeDrops();
+
+  // A failed run: everything is forgotten and dropped with the next request.
+  EXPECT_TRUE(index.Holds(1, "b"));
+  index.Abandon();
+  EXPECT_EQ(index.TakeDrops(), std::vector<std::string>{"b"});
+  EXPECT_FALSE(index.Holds(1, "b"));
+  EXPECT_TRUE(index.Add(1, "b", 60));
+  EXPECT_TRUE(index.TakeDrops().empty());
+
   // A new sandbox holds nothing, and has nothing to drop.
   EXPECT_FALSE(index.Holds(2, "b"));
   EXPECT_TRUE(index.Add(2, "c", 60));
