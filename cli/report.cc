@@ -110,6 +110,27 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
                       {"evaluations", evals.size()},
                       {"evaluations_per_minute",
                        job.progress().elapsed_seconds() > 0 ? 60.0 * evals.size() / job.progress().elapsed_seconds() : 0}};
+  // Where the time went: per pipeline stage, over the evaluations that reached it.
+  struct StageTotal {
+    int64_t evaluations = 0;
+    double seconds = 0;
+  };
+  std::map<int, StageTotal> stages;  // by v1::Stage, so in pipeline order
+  for (const auto& e : evals) {
+    for (const auto& s : e.stages()) {
+      StageTotal& t = stages[s.stage()];
+      ++t.evaluations;
+      t.seconds += s.duration_seconds();
+    }
+  }
+  nlohmann::json stage_json = nlohmann::json::object();
+  for (const auto& [stage, t] : stages) {
+    stage_json[std::string(StageName(stage))] = {
+        {"evaluations", t.evaluations},
+        {"total_seconds", t.seconds},
+        {"mean_seconds", t.seconds / static_cast<double>(t.evaluations)}};
+  }
+  report["timing"]["stages"] = stage_json;
   nlohmann::json top = nlohmann::json::array();
   for (size_t i = 0; i < ok.size() && i < 10; ++i) {
     const v1::Candidate* c = by_id.count(ok[i]->candidate_id()) ? by_id[ok[i]->candidate_id()] : nullptr;
@@ -143,6 +164,18 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
   }
   absl::StrAppend(&md, "\n## Outcomes\n\n| outcome | count |\n|---|---|\n");
   for (const auto& [k, v] : counts) absl::StrAppend(&md, "| ", k, " | ", v, " |\n");
+  if (!stages.empty()) {
+    absl::StrAppend(
+        &md,
+        "\n## Where the time went\n\nPer evaluation that reached the stage (a sandbox's first "
+        "evaluation also measures the reference).\n\n| stage | evaluations | mean | total "
+        "|\n|---|---|---|---|\n");
+    for (const auto& [stage, t] : stages) {
+      absl::StrAppend(
+          &md, absl::StrFormat("| %s | %d | %.1f ms | %.2f s |\n", StageName(stage), t.evaluations,
+                               1e3 * t.seconds / static_cast<double>(t.evaluations), t.seconds));
+    }
+  }
   absl::StrAppend(&md, "\n## Top candidates\n\n| # | candidate | speedup | params |\n|---|---|---|---|\n");
   for (size_t i = 0; i < ok.size() && i < 10; ++i) {
     const v1::Candidate* c = by_id.count(ok[i]->candidate_id()) ? by_id[ok[i]->candidate_id()] : nullptr;

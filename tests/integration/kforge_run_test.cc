@@ -237,6 +237,21 @@ TEST(KforgeRunTest, SmallOpenClProblem) {
   EXPECT_EQ(total, 6) << report["outcome_counts"].dump();
   EXPECT_GE(report["outcome_counts"].value("ok", 0), 1) << report["outcome_counts"].dump();
   EXPECT_EQ(report["outcome_counts"].value("wrong_answer", 0), 0) << "every knob setting of the kernel is correct";
+  // Where the time went: every evaluation passed through every stage it reached, in order.
+  const nlohmann::json& stages = report["timing"]["stages"];
+  ASSERT_TRUE(stages.is_object()) << report["timing"].dump();
+  for (const char* s : {"screen", "compile", "validate", "benchmark"}) {
+    ASSERT_TRUE(stages.contains(s)) << s << ": " << stages.dump();
+    EXPECT_GE(stages[s]["evaluations"].get<int64_t>(), report["outcome_counts"].value("ok", 0))
+        << s;
+    EXPECT_LE(stages[s]["evaluations"].get<int64_t>(), 6) << s;
+    EXPECT_GT(stages[s]["total_seconds"].get<double>(), 0) << s;
+    EXPECT_NEAR(stages[s]["mean_seconds"].get<double>() * stages[s]["evaluations"].get<double>(),
+                stages[s]["total_seconds"].get<double>(), 1e-9)
+        << s;
+  }
+  EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("## Where the time went"));
+  EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("| validate | "));
   EXPECT_THAT(ReadFile(out + "/best.cl"), HasSubstr("kernel void scale"));
   auto store = SqliteStore::Open(db);
   ASSERT_TRUE(store.ok()) << store.status();
