@@ -131,6 +131,14 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
         {"mean_seconds", t.seconds / static_cast<double>(t.evaluations)}};
   }
   report["timing"]["stages"] = stage_json;
+  int64_t bytes_sent = 0, bytes_received = 0;
+  for (const auto& e : evals) {
+    bytes_sent += e.sandbox_bytes_sent();
+    bytes_received += e.sandbox_bytes_received();
+  }
+  const double n_evals = std::max<double>(1, static_cast<double>(evals.size()));
+  report["timing"]["sandbox_bytes_per_evaluation"] = {{"sent", bytes_sent / n_evals},
+                                                      {"received", bytes_received / n_evals}};
   nlohmann::json top = nlohmann::json::array();
   for (size_t i = 0; i < ok.size() && i < 10; ++i) {
     const v1::Candidate* c = by_id.count(ok[i]->candidate_id()) ? by_id[ok[i]->candidate_id()] : nullptr;
@@ -174,6 +182,13 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
       absl::StrAppend(
           &md, absl::StrFormat("| %s | %d | %.1f ms | %.2f s |\n", StageName(stage), t.evaluations,
                                1e3 * t.seconds / static_cast<double>(t.evaluations), t.seconds));
+    }
+    if (bytes_sent + bytes_received > 0) {
+      absl::StrAppend(
+          &md,
+          absl::StrFormat("\nMoved to and from the sandbox per evaluation: %.2f MB sent, %.2f MB "
+                          "received (mean).\n",
+                          bytes_sent / n_evals / 1e6, bytes_received / n_evals / 1e6));
     }
   }
   absl::StrAppend(&md, "\n## Top candidates\n\n| # | candidate | speedup | params |\n|---|---|---|---|\n");

@@ -635,8 +635,11 @@ v1::EvaluationResult Evaluator::Evaluate(const v1::EvaluationRequest& req) {
   } else if (req.problem().backend() == v1::BACKEND_OPENCL || req.problem().backend() == v1::BACKEND_CUDA) {
     BackendState& st = StateFor(req.problem().backend());
     std::lock_guard<std::mutex> lock(st.mu);
+    const int64_t sent = st.sandbox->bytes_sent(), received = st.sandbox->bytes_received();
     Run run(*this, st, req, res);
     run.Execute();
+    res.set_sandbox_bytes_sent(st.sandbox->bytes_sent() - sent);
+    res.set_sandbox_bytes_received(st.sandbox->bytes_received() - received);
   } else {
     res.set_outcome(v1::OUTCOME_INFRA_ERROR);
     res.set_message("problem has no backend");

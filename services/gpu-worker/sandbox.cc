@@ -219,6 +219,7 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     return out;
   }
   LimitCpu(timeout_seconds);
+  bytes_sent_ += static_cast<int64_t>(request.ByteSizeLong()) + 4;  // + the length prefix
   if (absl::Status st = WriteFrame(fd_, request); !st.ok()) {
     out.status = CallStatus::kCrashed;
     out.message = Reap(false);
@@ -237,6 +238,7 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     out.message = Reap(false);
     return out;
   }
+  bytes_received_ += static_cast<int64_t>(out.response.ByteSizeLong()) + 4;
   if (!out.response.error().empty()) {
     out.message = out.response.error();
     return out;

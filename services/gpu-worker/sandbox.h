@@ -63,6 +63,9 @@ class Sandbox {
   pid_t pid() const { return pid_; }
   double last_start_seconds() const { return last_start_seconds_; }
   const v1::HelloResponse& hello() const { return hello_; }
+  // Frame bytes written to and read from children, over this object's lifetime.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
 
  private:
   absl::Status Spawn();
@@ -76,6 +79,8 @@ class Sandbox {
   int fd_ = -1;
   int generation_ = 0;
   double last_start_seconds_ = 0;
+  int64_t bytes_sent_ = 0;
+  int64_t bytes_received_ = 0;
   v1::HelloResponse hello_;
 };
 

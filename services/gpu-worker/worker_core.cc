@@ -23,6 +23,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                               .Name("kforge_worker_evaluation_duration_seconds")
                               .Help("Wall time of a whole evaluation")
                               .Register(registry)),
+      sandbox_bytes_(prometheus::BuildCounter()
+                         .Name("kforge_worker_sandbox_transfer_bytes_total")
+                         .Help("Bytes moved between the worker and its sandbox processes, by "
+                               "backend and direction")
+                         .Register(registry)),
       busy_(&prometheus::BuildGauge()
                  .Name("kforge_worker_busy_slots")
                  .Help("Evaluations in progress")
@@ -37,6 +42,10 @@ void WorkerMetrics::Record(const v1::EvaluationResult& r, v1::Backend backend) {
         .Observe(s.duration_seconds());
   }
   evaluation_seconds_.Add({{"backend", b}}, kSecondsBuckets).Observe(r.total_seconds());
+  sandbox_bytes_.Add({{"backend", b}, {"direction", "to_sandbox"}})
+      .Increment(static_cast<double>(r.sandbox_bytes_sent()));
+  sandbox_bytes_.Add({{"backend", b}, {"direction", "from_sandbox"}})
+      .Increment(static_cast<double>(r.sandbox_bytes_received()));
 }
 
 WorkerCore::WorkerCore(WorkerCoreOptions options, Evaluator& evaluator, prometheus::Registry& registry,

@@ -38,6 +38,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Counter>& evaluations_;
   prometheus::Family<prometheus::Histogram>& stage_seconds_;
   prometheus::Family<prometheus::Histogram>& evaluation_seconds_;
+  prometheus::Family<prometheus::Counter>& sandbox_bytes_;
   prometheus::Gauge* busy_;
 };
 

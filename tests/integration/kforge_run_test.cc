@@ -252,6 +252,10 @@ TEST(KforgeRunTest, SmallOpenClProblem) {
   }
   EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("## Where the time went"));
   EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("| validate | "));
+  EXPECT_GT(report["timing"]["sandbox_bytes_per_evaluation"]["sent"].get<double>(), 0);
+  EXPECT_GT(report["timing"]["sandbox_bytes_per_evaluation"]["received"].get<double>(), 0);
+  EXPECT_THAT(ReadFile(out + "/report.md"),
+              HasSubstr("Moved to and from the sandbox per evaluation"));
   EXPECT_THAT(ReadFile(out + "/best.cl"), HasSubstr("kernel void scale"));
   auto store = SqliteStore::Open(db);
   ASSERT_TRUE(store.ok()) << store.status();

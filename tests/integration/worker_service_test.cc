@@ -148,6 +148,25 @@ TEST_F(WorkerServiceTest, OpenClExampleOverGrpc) {
   ASSERT_TRUE(Call(req, &r).ok());
   EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
   EXPECT_GT(r.speedup(), 0);
+
+  // What crossed to and from the sandbox is counted per evaluation and in the metrics. The
+  // first evaluation sends every input set; a second one finds them resident and sends less.
+  EXPECT_GT(r.sandbox_bytes_sent(), 0);
+  EXPECT_GT(r.sandbox_bytes_received(), 0);
+  v1::EvaluationResult again;
+  ASSERT_TRUE(Call(req, &again).ok());
+  EXPECT_EQ(again.outcome(), v1::OUTCOME_OK) << again.message();
+  EXPECT_LT(again.sandbox_bytes_sent(), r.sandbox_bytes_sent() / 2)
+      << "inputs stay in the sandbox: " << again.sandbox_bytes_sent() << " vs "
+      << r.sandbox_bytes_sent();
+  const std::string text = prometheus::TextSerializer().Serialize(registry_->Collect());
+  EXPECT_NE(text.find("kforge_worker_sandbox_transfer_bytes_total{backend=\"opencl\",direction="
+                      "\"to_sandbox\"}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kforge_worker_sandbox_transfer_bytes_total{backend=\"opencl\",direction="
+                      "\"from_sandbox\"}"),
+            std::string::npos);
 }
 
 }  // namespace
