@@ -207,6 +207,53 @@ std::string PoisonBytes(v1::DType dtype, int64_t n, int pattern) {
   return bytes;
 }
 
+namespace {
+
+// One element of the comparison; `r` accumulates.
+inline void CompareElement(double g, double w, int64_t i, double atol, double rtol,
+                           CompareResult& r) {
+  if (g == w && std::isfinite(w)) return;  // exact: no error to record (the common case)
+  bool bad;
+  double abs_err = 0;
+  if (!std::isfinite(w)) {
+    bad = !(std::isnan(w) ? std::isnan(g) : g == w);
+    abs_err = bad ? std::numeric_limits<double>::infinity() : 0;
+  } else if (!std::isfinite(g)) {
+    bad = true;
+    abs_err = std::numeric_limits<double>::infinity();
+  } else {
+    abs_err = std::fabs(g - w);
+    bad = abs_err > atol + rtol * std::fabs(w);
+    const double rel = std::fabs(w) > 0 ? abs_err / std::fabs(w) : abs_err;
+    r.max_rel_error = std::max(r.max_rel_error, rel);
+  }
+  r.max_abs_error = std::max(r.max_abs_error, abs_err);
+  if (bad) {
+    if (r.first_mismatch < 0) {
+      r.first_mismatch = i;
+      r.got_at_first = g;
+      r.want_at_first = w;
+    }
+    ++r.mismatches;
+  }
+}
+
+// The element loop for one storage type: no per-element dispatch on the dtype.
+template <typename T, typename ToDouble>
+void CompareTyped(const std::string& got, const std::string& want, int64_t n, double atol,
+                  double rtol, ToDouble to_double, CompareResult& r) {
+  const char* g = got.data();
+  const char* w = want.data();
+  for (int64_t i = 0; i < n; ++i) {
+    T gv, wv;
+    std::memcpy(&gv, g + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    std::memcpy(&wv, w + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    CompareElement(to_double(gv), to_double(wv), i, atol, rtol, r);
+  }
+}
+
+}  // namespace
+
 CompareResult CompareBytes(const std::string& got, const std::string& want, v1::DType dtype,
                            double atol, double rtol) {
   CompareResult r;
@@ -217,32 +264,31 @@ CompareResult CompareBytes(const std::string& got, const std::string& want, v1::
     r.first_mismatch = 0;
     return r;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = ElementAt(got, dtype, i);
-    const double w = ElementAt(want, dtype, i);
-    bool bad;
-    double abs_err = 0;
-    if (!std::isfinite(w)) {
-      bad = !(std::isnan(w) ? std::isnan(g) : g == w);
-      abs_err = bad ? std::numeric_limits<double>::infinity() : 0;
-    } else if (!std::isfinite(g)) {
-      bad = true;
-      abs_err = std::numeric_limits<double>::infinity();
-    } else {
-      abs_err = std::fabs(g - w);
-      bad = abs_err > atol + rtol * std::fabs(w);
-      const double rel = std::fabs(w) > 0 ? abs_err / std::fabs(w) : (abs_err > 0 ? abs_err : 0);
-      r.max_rel_error = std::max(r.max_rel_error, rel);
-    }
-    r.max_abs_error = std::max(r.max_abs_error, abs_err);
-    if (bad) {
-      if (r.first_mismatch < 0) {
-        r.first_mismatch = i;
-        r.got_at_first = g;
-        r.want_at_first = w;
-      }
-      ++r.mismatches;
-    }
+  auto as_double = [](auto v) { return static_cast<double>(v); };
+  switch (dtype) {
+    case v1::DTYPE_F16:
+      CompareTyped<uint16_t>(got, want, n, atol, rtol, HalfToFloat, r);
+      break;
+    case v1::DTYPE_BF16:
+      CompareTyped<uint16_t>(got, want, n, atol, rtol, Bf16ToFloat, r);
+      break;
+    case v1::DTYPE_F32:
+      CompareTyped<float>(got, want, n, atol, rtol, as_double, r);
+      break;
+    case v1::DTYPE_F64:
+      CompareTyped<double>(got, want, n, atol, rtol, as_double, r);
+      break;
+    case v1::DTYPE_I32:
+      CompareTyped<int32_t>(got, want, n, atol, rtol, as_double, r);
+      break;
+    case v1::DTYPE_I64:
+      CompareTyped<int64_t>(got, want, n, atol, rtol, as_double, r);
+      break;
+    case v1::DTYPE_U8:
+      CompareTyped<uint8_t>(got, want, n, atol, rtol, as_double, r);
+      break;
+    default:
+      KF_CHECK(false);
   }
   r.ok = r.mismatches == 0;
   return r;
