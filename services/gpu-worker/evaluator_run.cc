@@ -1,0 +1,543 @@
+// One evaluation through the pipeline: screen, compile, validate, benchmark (Evaluator::Run).
+
+#include "services/gpu-worker/evaluator_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+#include "services/gpu-worker/host_data.h"
+
+namespace kforge::worker {
+
+namespace {
+
+constexpr size_t kMaxProblemsCached = 8;
+
+v1::TimingStats Stats(std::vector<double> s) {
+  v1::TimingStats t;
+  if (s.empty()) return t;
+  std::sort(s.begin(), s.end());
+  auto q = [&](double p) { return s[static_cast<size_t>(std::floor(p * (s.size() - 1) + 0.5))]; };
+  t.set_median_seconds(s.size() % 2 == 1 ? s[s.size() / 2]
+                                         : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));
+  t.set_min_seconds(s.front());
+  t.set_p20_seconds(q(0.2));
+  t.set_p80_seconds(q(0.8));
+  t.set_samples(static_cast<int32_t>(s.size()));
+  return t;
+}
+
+absl::StatusOr<v1::CallArg> ToCallArg(const LaunchArg& a, const v1::Problem& p) {
+  v1::CallArg out;
+  switch (a.kind) {
+    case LaunchArg::Kind::kBuffer:
+      out.set_buffer(a.name);
+      return out;
+    case LaunchArg::Kind::kInt:
+      if (a.value < INT32_MIN || a.value > INT32_MAX) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("argument '", a.name, "' = ", a.value, " does not fit an i32"));
+      }
+      out.set_i32(static_cast<int32_t>(a.value));
+      return out;
+    case LaunchArg::Kind::kScalar:
+      for (const auto& s : p.scalars()) {
+        if (s.name() != a.name) continue;
+        switch (s.dtype()) {
+          case v1::DTYPE_F32:
+            out.set_f32(static_cast<float>(s.value()));
+            break;
+          case v1::DTYPE_F64:
+            out.set_f64(s.value());
+            break;
+          case v1::DTYPE_I32:
+            out.set_i32(static_cast<int32_t>(s.value()));
+            break;
+          case v1::DTYPE_I64:
+            out.set_i64(static_cast<int64_t>(s.value()));
+            break;
+          case v1::DTYPE_U8:
+            out.set_u8(static_cast<uint32_t>(s.value()));
+            break;
+          case v1::DTYPE_F16:
+            out.set_f16_bits(FloatToHalf(static_cast<float>(s.value())));
+            break;
+          case v1::DTYPE_BF16:
+            out.set_f16_bits(FloatToBf16(static_cast<float>(s.value())));
+            break;
+          default:
+            return absl::InvalidArgumentError(absl::StrCat("scalar '", a.name, "' has no dtype"));
+        }
+        return out;
+      }
+      return absl::InvalidArgumentError(absl::StrCat("unknown scalar '", a.name, "'"));
+  }
+  return absl::InternalError("bad argument kind");
+}
+
+absl::StatusOr<std::vector<v1::KernelCall>> ToCalls(const std::vector<ResolvedLaunch>& launches,
+                                                    const v1::Problem& p) {
+  std::vector<v1::KernelCall> out;
+  for (const auto& l : launches) {
+    v1::KernelCall c;
+    c.set_kernel(l.kernel);
+    for (int64_t v : l.global) c.add_global(v);
+    for (int64_t v : l.local) c.add_local(v);
+    for (int64_t v : l.grid) c.add_grid(v);
+    for (int64_t v : l.block) c.add_block(v);
+    c.set_shared_bytes(l.shared_bytes);
+    for (const auto& a : l.args) {
+      KF_ASSIGN_OR_RETURN(v1::CallArg ca, ToCallArg(a, p));
+      *c.add_args() = std::move(ca);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<std::string> KernelNames(const std::vector<ResolvedLaunch>& launches) {
+  std::set<std::string> names;
+  for (const auto& l : launches) names.insert(l.kernel);
+  return {names.begin(), names.end()};
+}
+
+void SetPoison(v1::BufferData& d, v1::DType dtype, int64_t elements, int pattern) {
+  auto* p = d.mutable_poison();
+  p->set_dtype(dtype);
+  p->set_elements(elements);
+  p->set_pattern(pattern);
+}
+
+bool IsPoison(const std::string& bytes, v1::DType dtype, int64_t i, int pattern) {
+  const int64_t size = DTypeSize(dtype);
+  const std::string poison = PoisonBytes(dtype, 1, pattern);
+  return bytes.compare(static_cast<size_t>(i * size), static_cast<size_t>(size), poison) == 0;
+}
+
+}  // namespace
+
+Evaluator::ProblemData& Evaluator::Run::Data() {
+  auto& slot = st_.problems[p_.content_hash()];
+  if (slot == nullptr) {
+    if (st_.problems.size() > kMaxProblemsCached) {
+      for (auto it = st_.problems.begin(); it != st_.problems.end();) {
+        it = it->first == p_.content_hash() ? std::next(it) : st_.problems.erase(it);
+      }
+    }
+    slot = std::make_unique<ProblemData>();
+  }
+  return *slot;
+}
+
+const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int index) {
+  auto key = std::make_pair(set, index);
+  auto it = data_->inputs.find(key);
+  if (it != data_->inputs.end()) return it->second;
+  const std::string seed_text =
+      absl::StrCat(ev_.options_.input_salt, "|", p_.content_hash(), "|", set, "|", index);
+  const std::string h = Sha256Hex(seed_text);
+  std::seed_seq seq(h.begin(), h.end());
+  std::mt19937_64 rng(seq);
+  std::map<std::string, std::string> bufs;
+  const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
+  for (const auto& b : p_.buffers()) {
+    if (b.role() == v1::BUFFER_ROLE_OUT) continue;
+    auto n = ShapeElements(b.shape(), env);
+    KF_CHECK(n.ok());  // the loader evaluated every shape on every size set
+    bufs[b.name()] = FillBytes(b.dtype(), *n, b.fill(), rng);
+  }
+  return data_->inputs[key] = std::move(bufs);
+}
+
+v1::BufferSet Evaluator::Run::BuildSet(int set, int index,
+                                       const std::map<std::string, int64_t>& scratch, int pattern,
+                                       bool inputs_only, bool resident) {
+  v1::BufferSet out;
+  const auto& inputs = Inputs(set, index);
+  const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
+  for (const auto& b : p_.buffers()) {
+    if (inputs_only && b.role() == v1::BUFFER_ROLE_OUT) continue;
+    auto* d = out.add_buffers();
+    d->set_name(b.name());
+    if (b.role() == v1::BUFFER_ROLE_OUT) {
+      SetPoison(*d, b.dtype(), *ShapeElements(b.shape(), env), pattern);
+    } else {
+      const std::string& bytes = inputs.at(b.name());
+      const std::string key = absl::StrCat(p_.content_hash(), "/", set, "/", index, "/", b.name());
+      if (resident && !bytes.empty() && st_.resident.Holds(sb_->generation(), key)) {
+        d->set_resident_key(key);
+      } else {
+        d->set_data(bytes);
+        if (resident && !bytes.empty() &&
+            st_.resident.Add(sb_->generation(), key, static_cast<int64_t>(bytes.size()))) {
+          d->set_resident_key(key);
+        }
+      }
+      d->set_restore_each_run(b.role() == v1::BUFFER_ROLE_INOUT);
+      d->set_check_unchanged(b.role() == v1::BUFFER_ROLE_IN);
+    }
+  }
+  for (const auto& [name, bytes] : scratch) {
+    if (inputs_only) break;
+    auto* d = out.add_buffers();
+    d->set_name(name);
+    SetPoison(*d, v1::DTYPE_U8, bytes, pattern);
+  }
+  return out;
+}
+
+Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::KernelCall>& calls,
+                                             std::vector<v1::BufferSet> sets, bool bench) {
+  v1::SandboxRequest req;
+  auto* run = req.mutable_run();
+  run->set_mode(bench ? v1::RunRequest::MODE_BENCH : v1::RunRequest::MODE_VALIDATE);
+  run->set_program_id(program);
+  for (const auto& c : calls) *run->add_calls() = c;
+  for (auto& key : st_.resident.TakeDrops()) run->add_drop_resident(std::move(key));
+  for (auto& s : sets) *run->add_sets() = std::move(s);  // tens of MB: moved, not copied
+  if (bench) {
+    run->set_warmup(ev_.options_.warmup);
+    run->set_min_samples(ev_.options_.min_samples);
+    run->set_max_samples(ev_.options_.max_samples);
+    run->set_min_seconds(ev_.options_.min_bench_seconds);
+    run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
+  }
+  double timeout =
+      req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  Sandbox::CallResult r = sb_->Call(req, timeout);
+  // A failed run may have stored only some of its inputs: start the sandbox's copies afresh.
+  if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK)
+    st_.resident.Abandon();
+  return r;
+}
+
+absl::Status Evaluator::Run::EnsureReference(int set, int index) {
+  if (data_->ref_outputs.contains({set, index}) && data_->ref_generation == sb_->generation()) {
+    return absl::OkStatus();
+  }
+  if (data_->ref_generation != sb_->generation() || data_->ref_program < 0) {
+    v1::SandboxRequest req;
+    auto* c = req.mutable_compile();
+    c->set_source(p_.reference().source());
+    for (const auto& [k, v] : p_.reference().defines()) (*c->mutable_defines())[k] = v;
+    std::set<std::string> names;
+    for (const auto& l : p_.reference().launches()) names.insert(l.kernel());
+    for (const auto& n : names) c->add_kernels(n);
+    auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
+    if (r.status != Sandbox::CallStatus::kOk)
+      return absl::UnavailableError(absl::StrCat("reference compile: ", r.message));
+    if (!r.response.compile().ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the reference does not compile: ", r.response.compile().log()));
+    }
+    data_->ref_program = r.response.compile().program_id();
+    data_->ref_generation = sb_->generation();
+  }
+  if (data_->ref_outputs.contains({set, index})) return absl::OkStatus();
+  auto r = RunCalls(data_->ref_program, ref_calls_[set],
+                    {BuildSet(set, index, {}, 0, false, /*resident=*/false)},
+                    /*bench=*/false);
+  if (r.status != Sandbox::CallStatus::kOk)
+    return absl::UnavailableError(absl::StrCat("reference run: ", r.message));
+  if (r.response.run().outcome() != v1::OUTCOME_OK) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the reference failed: ", r.response.run().message()));
+  }
+  std::map<std::string, std::string> outs;
+  for (const auto& b : r.response.run().buffers()) {
+    for (const auto& pb : p_.buffers()) {
+      if (pb.name() == b.name() && pb.role() != v1::BUFFER_ROLE_IN) outs[b.name()] = b.data();
+    }
+  }
+  data_->ref_outputs[{set, index}] = std::move(outs);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
+                                                                const std::vector<int>& indices) {
+  if (data_->ref_timing_generation != sb_->generation()) {
+    data_->ref_timing.clear();
+    data_->ref_timing_generation = sb_->generation();
+  }
+  if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
+  std::vector<v1::BufferSet> sets;
+  for (int i : indices)
+    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
+  auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), /*bench=*/true);
+  if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK) {
+    return absl::UnavailableError(
+        absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
+  }
+  std::vector<double> samples(r.response.run().samples_seconds().begin(),
+                              r.response.run().samples_seconds().end());
+  return data_->ref_timing[set] = Stats(std::move(samples));
+}
+
+bool Evaluator::Run::Check(int set, int index, const v1::RunResponse& run, int pattern,
+                           const char* check_name) {
+  const auto& inputs = Inputs(set, index);
+  const auto& want = data_->ref_outputs.at({set, index});
+  std::map<std::string, const v1::BufferData*> got;
+  for (const auto& b : run.buffers()) got[b.name()] = &b;
+  auto fail = [&](const std::string& buffer, const char* check, const CompareResult* c) {
+    auto* e = res_.mutable_errors();
+    e->set_buffer(buffer);
+    e->set_size_set(p_.size_sets(set).name());
+    e->set_trial(index);
+    e->set_check(check);
+    if (c != nullptr) {
+      e->set_max_abs_error(c->max_abs_error);
+      e->set_max_rel_error(c->max_rel_error);
+      e->set_mismatches(c->mismatches);
+      e->set_first_mismatch_index(c->first_mismatch);
+    }
+    return false;
+  };
+  for (const auto& b : p_.buffers()) {
+    auto it = got.find(b.name());
+    if (it == got.end()) return fail(b.name(), "missing", nullptr);
+    const std::string& data = it->second->data();
+    if (b.role() == v1::BUFFER_ROLE_IN) {
+      // The sandbox vouches for an unchanged input. A kernel that could fake that verdict (one
+      // in the sandbox's own address space, as on a CPU OpenCL device) gains nothing: the
+      // outputs below are still judged here, against the reference.
+      if (!it->second->unchanged() && data != inputs.at(b.name())) {
+        CompareResult c = CompareBytes(data, inputs.at(b.name()), b.dtype(), 0, 0);
+        return fail(b.name(), "input_modified", &c);
+      }
+      continue;
+    }
+    const double atol = p_.check().atol(), rtol = p_.check().rtol();
+    CompareResult c = CompareBytes(data, want.at(b.name()), b.dtype(), atol, rtol);
+    if (!c.ok) {
+      const bool unwritten = IsPoison(data, b.dtype(), c.first_mismatch, pattern);
+      return fail(b.name(), unwritten ? "unwritten" : check_name, &c);
+    }
+    res_.mutable_errors()->set_max_abs_error(
+        std::max(res_.errors().max_abs_error(), c.max_abs_error));
+    res_.mutable_errors()->set_max_rel_error(
+        std::max(res_.errors().max_rel_error(), c.max_rel_error));
+  }
+  return true;
+}
+
+void Evaluator::Run::Execute() {
+  auto& clock = ev_.clock_;
+  const double start = clock.MonotonicSeconds();
+  sb_ = st_.sandbox.get();
+  data_ = &Data();
+  const int start_generation = sb_->generation();
+  res_.mutable_errors()->set_first_mismatch_index(-1);
+
+  // Stage 1: screen (no device involved beyond its limits).
+  double t0 = clock.MonotonicSeconds();
+  auto hello = sb_->EnsureStarted();
+  if (sb_->generation() != start_generation)
+    res_.set_sandbox_overhead_seconds(sb_->last_start_seconds());
+  if (!hello.ok() || !hello->available()) {
+    EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
+             hello.ok() ? hello->unavailable_reason() : std::string(hello.status().message()));
+    return;
+  }
+  *res_.mutable_device() = hello->device();
+  res_.mutable_device()->set_device_class(
+      absl::StrCat(BackendName(p_.backend()), ":", hello->device().name()));
+  auto screened = Screen(p_, req_.candidate(), hello->limits(), ev_.options_.screen);
+  if (!screened.ok()) {
+    EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_REJECTED, std::string(screened.status().message()));
+    return;
+  }
+  std::vector<ResolvedLaunch> all_launches;
+  for (const auto& s : screened->sets) {
+    auto calls = ToCalls(s.launches, p_);
+    if (!calls.ok()) {
+      EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_REJECTED, std::string(calls.status().message()));
+      return;
+    }
+    cand_calls_.push_back(*std::move(calls));
+    cand_scratch_.push_back(s.scratch_bytes);
+    all_launches.insert(all_launches.end(), s.launches.begin(), s.launches.end());
+  }
+  // The reference's plan is trusted; it is resolved the same way with no limits.
+  auto ref_sets = ResolvePlan(p_, p_.reference(), p_.reference().launches(),
+                              p_.reference().scratch(), {}, v1::DeviceLimits(),
+                              ScreenOptions{.max_source_bytes = INT64_MAX,
+                                            .max_launches = 64,
+                                            .max_total_work_items = INT64_MAX,
+                                            .max_scratch_bytes = INT64_MAX});
+  if (!ref_sets.ok()) {
+    EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
+             absl::StrCat("reference plan: ", ref_sets.status().message()));
+    return;
+  }
+  for (const auto& s : *ref_sets) {
+    auto calls = ToCalls(s.launches, p_);
+    if (!calls.ok()) {
+      EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
+               std::string(calls.status().message()));
+      return;
+    }
+    ref_calls_.push_back(*std::move(calls));
+  }
+  EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_OK);
+
+  // Stage 2: compile (in the sandbox; the compiler sees hostile source too).
+  t0 = clock.MonotonicSeconds();
+  {
+    v1::SandboxRequest req;
+    auto* c = req.mutable_compile();
+    c->set_source(req_.candidate().source());
+    for (const auto& [k, v] : screened->defines) (*c->mutable_defines())[k] = v;
+    for (const auto& n : KernelNames(all_launches)) c->add_kernels(n);
+    auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
+    if (r.status != Sandbox::CallStatus::kOk) {
+      EndCallFailure(v1::STAGE_COMPILE, t0, r);
+      return;
+    }
+    const auto& cr = r.response.compile();
+    *res_.mutable_resources() = cr.resources();
+    res_.mutable_resources()->set_source_bytes(
+        static_cast<int64_t>(req_.candidate().source().size()));
+    if (!cr.ok()) {
+      EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR,
+               cr.log().empty() ? "compilation failed" : cr.log());
+      return;
+    }
+    for (const auto& l : all_launches) {
+      const auto& block = p_.backend() == v1::BACKEND_CUDA ? l.block : l.local;
+      int64_t threads = 1;
+      for (int64_t b : block) threads *= b;
+      auto it = cr.max_threads().find(l.kernel);
+      if (!block.empty() && it != cr.max_threads().end() && it->second > 0 &&
+          threads > it->second) {
+        EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR,
+                 absl::StrCat("kernel ", l.kernel, " can run at most ", it->second,
+                              " threads per group with its resource usage, the plan launches ",
+                              threads));
+        return;
+      }
+      if (hello->limits().max_shared_bytes() > 0 &&
+          cr.resources().shared_bytes() + l.shared_bytes > hello->limits().max_shared_bytes()) {
+        EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR,
+                 absl::StrCat("kernel ", l.kernel, " needs ",
+                              cr.resources().shared_bytes() + l.shared_bytes,
+                              " bytes of shared/local memory (device limit ",
+                              hello->limits().max_shared_bytes(), ")"));
+        return;
+      }
+    }
+    cand_program_ = cr.program_id();
+    EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, cr.log().empty() ? "" : cr.log());
+    res_.mutable_stages()->rbegin()->set_cache_hit(cr.cache_hit());
+  }
+
+  // Stage 3: validate on fresh inputs; outputs poisoned; a repeat must agree.
+  t0 = clock.MonotonicSeconds();
+  const int generation = sb_->generation();
+  for (int set = 0; set < p_.size_sets_size(); ++set) {
+    for (int trial = 0; trial < std::max(1, p_.check().trials()); ++trial) {
+      if (absl::Status st = EnsureReference(set, trial); !st.ok()) {
+        EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
+        return;
+      }
+      if (sb_->generation() != generation) {
+        EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR,
+                 "sandbox restarted during validation");
+        return;
+      }
+      const int repeats = trial == 0 ? 2 : 1;
+      for (int rep = 0; rep < repeats; ++rep) {
+        auto r = RunCalls(cand_program_, cand_calls_[set],
+                          {BuildSet(set, trial, cand_scratch_[set], rep, false, /*resident=*/true)},
+                          false);
+        if (r.status != Sandbox::CallStatus::kOk) {
+          EndCallFailure(v1::STAGE_VALIDATE, t0, r);
+          return;
+        }
+        const auto& run = r.response.run();
+        if (run.outcome() != v1::OUTCOME_OK) {
+          EndStage(v1::STAGE_VALIDATE, t0, run.outcome(), run.message());
+          return;
+        }
+        if (!Check(set, trial, run, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
+          const auto& e = res_.errors();
+          EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_WRONG_ANSWER,
+                   absl::StrCat(e.check(), ": buffer ", e.buffer(), " size set ", e.size_set(),
+                                " trial ", trial, rep == 1 ? " (repeat run)" : "", ": ",
+                                e.mismatches(), " elements wrong, first at ",
+                                e.first_mismatch_index(), ", max abs error ", e.max_abs_error()));
+          return;
+        }
+      }
+    }
+  }
+  EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_OK);
+
+  // Stage 4: benchmark reference and candidate in this sandbox lifetime, rotating inputs, then
+  // validate what the last timed run wrote.
+  t0 = clock.MonotonicSeconds();
+  double log_sum = 0;
+  int bench_sets = 0;
+  const int nsets = std::max(1, ev_.options_.bench_input_sets);
+  for (int set = 0; set < p_.size_sets_size(); ++set) {
+    if (!p_.size_sets(set).bench()) continue;
+    std::vector<int> indices;
+    for (int i = 0; i < nsets; ++i) {
+      indices.push_back(i);
+      if (absl::Status st = EnsureReference(set, i); !st.ok()) {
+        EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
+        return;
+      }
+    }
+    auto ref = ReferenceTiming(set, indices);
+    if (!ref.ok()) {
+      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR,
+               std::string(ref.status().message()));
+      return;
+    }
+    std::vector<v1::BufferSet> sets;
+    for (int i : indices) {
+      sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
+                              /*resident=*/true));
+    }
+    auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), /*bench=*/true);
+    if (r.status != Sandbox::CallStatus::kOk) {
+      EndCallFailure(v1::STAGE_BENCHMARK, t0, r);
+      return;
+    }
+    const auto& run = r.response.run();
+    if (run.outcome() != v1::OUTCOME_OK) {
+      EndStage(v1::STAGE_BENCHMARK, t0, run.outcome(), run.message());
+      return;
+    }
+    if (!Check(set, indices[run.last_set()], run, 0, "stale")) {
+      const auto& e = res_.errors();
+      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
+               absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(),
+                            " (size set ", e.size_set(), "): ", e.mismatches(), " elements wrong"));
+      return;
+    }
+    std::vector<double> samples(run.samples_seconds().begin(), run.samples_seconds().end());
+    auto* t = res_.add_timings();
+    t->set_size_set(p_.size_sets(set).name());
+    *t->mutable_candidate() = Stats(std::move(samples));
+    *t->mutable_reference() = *ref;
+    const double cand = t->candidate().median_seconds();
+    t->set_speedup(cand > 0 ? ref->median_seconds() / cand : 0);
+    if (t->speedup() > 0) {
+      log_sum += std::log(t->speedup());
+      ++bench_sets;
+    }
+  }
+  res_.set_speedup(bench_sets > 0 ? std::exp(log_sum / bench_sets) : 0);
+  EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_OK);
+  res_.set_outcome(v1::OUTCOME_OK);
+  res_.set_total_seconds(clock.MonotonicSeconds() - start);
+}
+
+}  // namespace kforge::worker

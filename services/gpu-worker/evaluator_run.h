@@ -1,0 +1,98 @@
+#pragma once
+
+// The evaluator's internals, shared by evaluator.cc (the Evaluator: backends, sandboxes,
+// dispatch) and evaluator_run.cc (one evaluation through the stages). Not for other users.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "services/gpu-worker/evaluator.h"
+#include "services/gpu-worker/resident_inputs.h"
+#include "services/gpu-worker/sandbox.h"
+
+namespace kforge::worker {
+
+// Inputs and reference outputs of one problem, by size set and input set index.
+struct Evaluator::ProblemData {
+  std::map<std::pair<int, int>, std::map<std::string, std::string>> inputs;
+  std::map<std::pair<int, int>, std::map<std::string, std::string>> ref_outputs;
+  int ref_program = -1;
+  int ref_generation = -1;
+  std::map<int, v1::TimingStats> ref_timing;  // by size set, valid for ref_timing_generation
+  int ref_timing_generation = -1;
+};
+
+struct Evaluator::BackendState {
+  explicit BackendState(int64_t resident_bytes) : resident(resident_bytes) {}
+  std::mutex mu;
+  std::unique_ptr<Sandbox> sandbox;
+  ResidentIndex resident;  // what the sandbox holds, for its current generation
+  std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by problem hash
+};
+
+// One evaluation: holds the request, the result being built, and the stage bookkeeping.
+class Evaluator::Run {
+ public:
+  Run(Evaluator& ev, BackendState& state, const v1::EvaluationRequest& req,
+      v1::EvaluationResult& res)
+      : ev_(ev), st_(state), req_(req), p_(req.problem()), res_(res) {}
+
+  void Execute();
+
+ private:
+  // Closes the current stage; false (and the result's outcome set) when it failed.
+  bool EndStage(v1::Stage stage, double t0, v1::Outcome outcome, const std::string& message = "") {
+    auto* s = res_.add_stages();
+    s->set_stage(stage);
+    s->set_outcome(outcome);
+    s->set_duration_seconds(ev_.clock_.MonotonicSeconds() - t0);
+    s->set_message(ScrubMessage(message, ev_.options_.max_message_bytes));
+    if (outcome != v1::OUTCOME_OK) {
+      res_.set_outcome(outcome);
+      res_.set_message(absl::StrCat(StageName(stage), ": ", s->message()));
+      return false;
+    }
+    return true;
+  }
+
+  // Maps a failed sandbox call to the stage's outcome.
+  bool EndCallFailure(v1::Stage stage, double t0, const Sandbox::CallResult& r) {
+    v1::Outcome o = v1::OUTCOME_INFRA_ERROR;
+    if (r.status == Sandbox::CallStatus::kTimeout) o = v1::OUTCOME_TIMEOUT;
+    if (r.status == Sandbox::CallStatus::kCrashed) o = v1::OUTCOME_CRASHED;
+    return EndStage(stage, t0, o, r.message);
+  }
+
+  ProblemData& Data();
+  const std::map<std::string, std::string>& Inputs(int set, int index);
+  absl::Status EnsureReference(int set, int index);
+  absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
+  // `resident`: inputs go by key when the sandbox holds them (candidate runs). Reference runs
+  // always carry their bytes: the answers every candidate is judged by come from inputs the
+  // worker sent in that very request.
+  v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
+                         int pattern, bool inputs_only, bool resident);
+  Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
+                               std::vector<v1::BufferSet> sets, bool bench);
+  // Compares one run's returned buffers with the inputs and the reference; fills errors_.
+  bool Check(int set, int index, const v1::RunResponse& run, int pattern, const char* check_name);
+
+  Evaluator& ev_;
+  BackendState& st_;
+  const v1::EvaluationRequest& req_;
+  const v1::Problem& p_;
+  v1::EvaluationResult& res_;
+  Sandbox* sb_ = nullptr;
+  ProblemData* data_ = nullptr;
+  std::vector<std::vector<v1::KernelCall>> cand_calls_;  // by size set
+  std::vector<std::map<std::string, int64_t>> cand_scratch_;
+  std::vector<std::vector<v1::KernelCall>> ref_calls_;
+  int cand_program_ = -1;
+};
+
+}  // namespace kforge::worker
