@@ -55,7 +55,7 @@ class BoundSet {
         auto r = b.data().empty() ? store_.Get(b.resident_key())
                                   : store_.Put(b.resident_key(), b.data());
         if (!r.ok()) return r.status();  // the worker's bookkeeping, not the kernel: an infra error
-        data = *r;  // the read-only copy: it outlives the request and no kernel can change it
+        data = *r;  // the read-only copy: it outlives the request; a kernel writing it faults
       }
       if (!b.has_poison()) {  // poison is a local copy; it is never restored nor compared
         if (b.restore_each_run()) restore_.emplace_back(b.name(), data);
