@@ -1,0 +1,100 @@
+#pragma once
+
+// The problem loader's internals, shared by problem_loader.cc (problem.yaml: header, sizes,
+// scalars, buffers, check, replay) and problem_loader_kernels.cc (reference and seed kernels,
+// launch plans, the param space check). Not for other users: include common/problem_loader.h.
+
+#include <filesystem>
+#include <initializer_list>
+#include <regex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/problem_loader.h"
+#include "common/yaml_reader.h"
+#include "kforge/v1/candidate.pb.h"
+#include "kforge/v1/problem.pb.h"
+
+namespace kforge::loader_internal {
+
+namespace fs = std::filesystem;
+
+inline constexpr int64_t kMaxSpaceVisits = 1 << 22;
+
+inline bool IsIdentifier(absl::string_view s) {
+  static const std::regex kIdent("[A-Za-z_][A-Za-z0-9_]*");
+  return std::regex_match(s.begin(), s.end(), kIdent);
+}
+
+inline bool IsReserved(absl::string_view s) { return s == "ceil_div" || s == "min" || s == "max"; }
+
+// What kind of thing a name refers to, to reject clashes and undefined references.
+enum class NameKind { kSize, kScalar, kBuffer, kParam, kDefine };
+
+inline absl::string_view KindName(NameKind k) {
+  switch (k) {
+    case NameKind::kSize:
+      return "size";
+    case NameKind::kScalar:
+      return "scalar";
+    case NameKind::kBuffer:
+      return "buffer";
+    case NameKind::kParam:
+      return "param";
+    case NameKind::kDefine:
+      return "define";
+  }
+  return "name";
+}
+
+// Loads one problem folder, or a launch plan against a loaded problem; errors name the file,
+// line, column and field.
+class Loader {
+ public:
+  explicit Loader(std::string dir) : dir_(std::move(dir)) {}
+  absl::StatusOr<v1::Problem> Load();
+  // Parses a candidate's launch plan against an already loaded problem.
+  absl::StatusOr<v1::LaunchPlan> LoadPlan(const v1::Problem& problem, const std::string& path,
+                                          const std::string* text = nullptr);
+
+ private:
+  absl::Status Declare(const YamlNode& at, const std::string& name, NameKind kind);
+  // Parses an expression and checks every name it reads is of an allowed kind.
+  absl::Status CheckExpr(const YamlNode& at, const std::string& text,
+                         std::initializer_list<NameKind> allowed,
+                         const absl::flat_hash_set<std::string>& extra = {});
+  absl::Status LoadHeader(const YamlNode& root);
+  absl::Status LoadSizeMap(const YamlNode& node, v1::SizeSet* set, bool declare);
+  absl::Status LoadSizes(const YamlNode& node);
+  absl::Status LoadScalars(const YamlNode& node);
+  absl::StatusOr<v1::DType> ParseDTypeAt(const YamlNode& node);
+  absl::Status ParseFill(const YamlNode& node, v1::Fill* fill);
+  absl::Status LoadBuffers(const YamlNode& node);
+  absl::Status LoadShape(const YamlNode& node,
+                         google::protobuf::RepeatedPtrField<std::string>* shape,
+                         std::initializer_list<NameKind> allowed,
+                         const absl::flat_hash_set<std::string>& extra = {});
+  absl::Status LoadCheck(const YamlNode& node);
+  absl::StatusOr<std::string> ReadSource(const YamlNode& node);
+  absl::Status LoadKernel(const YamlNode& node, bool is_seed, v1::KernelSpec* spec);
+  // Candidate-private buffers (a seed's or a launch plan file's); shapes may use params.
+  absl::Status LoadScratch(const YamlNode& node,
+                           google::protobuf::RepeatedPtrField<v1::ScratchBuffer>* out,
+                           absl::flat_hash_set<std::string>* scratch_names);
+  absl::Status LoadDims(const YamlNode& node, google::protobuf::RepeatedPtrField<std::string>* out);
+  absl::Status LoadLaunch(const YamlNode& node, const std::string& source,
+                          const std::string& source_file,
+                          const absl::flat_hash_set<std::string>& scratch, v1::Launch* l);
+  absl::Status LoadReplay(const YamlNode& root);
+  // Every constraint must be satisfiable alone, and together.
+  absl::Status CheckSpace(const YamlNode& seed);
+  std::string dir_;
+  std::string file_;
+  v1::Problem p_;
+  absl::flat_hash_map<std::string, NameKind> names_;
+};
+
+}  // namespace kforge::loader_internal
