@@ -164,11 +164,6 @@ absl::StatusOr<int64_t> PoisonSize(const v1::Poison& poison, int64_t max_bytes) 
   return poison.elements() * size;
 }
 
-absl::StatusOr<std::string> PoisonBytes(const v1::Poison& poison, int64_t max_bytes) {
-  KF_RETURN_IF_ERROR(PoisonSize(poison, max_bytes).status());
-  return PoisonBytes(poison.dtype(), poison.elements(), poison.pattern());
-}
-
 std::string PoisonBytes(v1::DType dtype, int64_t n, int pattern) {
   std::string bytes(static_cast<size_t>(n * DTypeSize(dtype)), '\0');
   switch (dtype) {

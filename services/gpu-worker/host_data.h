@@ -30,9 +30,8 @@ std::string FillBytes(v1::DType dtype, int64_t elements, const v1::Fill& fill, s
 // of them whatever the reference holds there. Pattern 0 is NaN for floats.
 std::string PoisonBytes(v1::DType dtype, int64_t elements, int pattern);
 
-// The sandbox side of v1::Poison: the bytes it stands for (or just their number), refused when
-// the size is negative or larger than max_bytes.
-absl::StatusOr<std::string> PoisonBytes(const v1::Poison& poison, int64_t max_bytes);
+// The sandbox side of v1::Poison: the number of bytes it stands for, refused when the dtype is
+// unknown or the size is negative or larger than max_bytes. Checked before PoisonBytes expands it.
 absl::StatusOr<int64_t> PoisonSize(const v1::Poison& poison, int64_t max_bytes);
 
 struct CompareResult {

@@ -46,10 +46,8 @@ class BoundSet {
     for (const auto& b : set.buffers()) {
       std::string_view data = b.data();
       std::string poison;
-      if (b.has_poison()) {
-        auto p = PoisonBytes(b.poison(), kMaxFrameBytes);
-        if (!p.ok()) return p.status();
-        poison = *std::move(p);
+      if (b.has_poison()) {  // ExecuteRun checked every description's size
+        poison = PoisonBytes(b.poison().dtype(), b.poison().elements(), b.poison().pattern());
         data = poison;
       } else if (!b.resident_key().empty()) {
         auto r = b.data().empty() ? store_.Get(b.resident_key())
