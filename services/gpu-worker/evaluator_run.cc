@@ -138,8 +138,7 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
       req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
   Sandbox::CallResult r = sb_->Call(req, timeout);
   // A failed run may have stored only some of its inputs: start the sandbox's copies afresh.
-  if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK)
-    st_.resident.Abandon();
+  if (!RunSucceeded(r)) st_.resident.Abandon();
   return r;
 }
 
@@ -196,7 +195,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
   for (int i : indices)
     sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
   auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), /*bench=*/true);
-  if (r.status != Sandbox::CallStatus::kOk || r.response.run().outcome() != v1::OUTCOME_OK) {
+  if (!RunSucceeded(r)) {
     return absl::UnavailableError(
         absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
   }
@@ -382,15 +381,11 @@ void Evaluator::Run::Execute() {
         auto r = RunCalls(cand_program_, cand_calls_[set],
                           {BuildSet(set, trial, cand_scratch_[set], rep, false, /*resident=*/true)},
                           false);
-        if (r.status != Sandbox::CallStatus::kOk) {
-          EndCallFailure(v1::STAGE_VALIDATE, t0, r);
+        if (!RunSucceeded(r)) {
+          EndRunFailure(v1::STAGE_VALIDATE, t0, r);
           return;
         }
         const auto& run = r.response.run();
-        if (run.outcome() != v1::OUTCOME_OK) {
-          EndStage(v1::STAGE_VALIDATE, t0, run.outcome(), run.message());
-          return;
-        }
         if (!Check(set, trial, run, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
           const auto& e = res_.errors();
           EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_WRONG_ANSWER,
@@ -433,15 +428,11 @@ void Evaluator::Run::Execute() {
                               /*resident=*/true));
     }
     auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), /*bench=*/true);
-    if (r.status != Sandbox::CallStatus::kOk) {
-      EndCallFailure(v1::STAGE_BENCHMARK, t0, r);
+    if (!RunSucceeded(r)) {
+      EndRunFailure(v1::STAGE_BENCHMARK, t0, r);
       return;
     }
     const auto& run = r.response.run();
-    if (run.outcome() != v1::OUTCOME_OK) {
-      EndStage(v1::STAGE_BENCHMARK, t0, run.outcome(), run.message());
-      return;
-    }
     if (!Check(set, indices[run.last_set()], run, 0, "stale")) {
       const auto& e = res_.errors();
       EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,

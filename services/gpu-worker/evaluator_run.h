@@ -68,6 +68,19 @@ class Evaluator::Run {
     return EndStage(stage, t0, o, r.message);
   }
 
+  // Whether a run request was answered and the kernels ran.
+  static bool RunSucceeded(const Sandbox::CallResult& r) {
+    return r.status == Sandbox::CallStatus::kOk && r.response.run().outcome() == v1::OUTCOME_OK;
+  }
+  // Closes the stage with the outcome of a run that did not succeed (see RunSucceeded).
+  void EndRunFailure(v1::Stage stage, double t0, const Sandbox::CallResult& r) {
+    if (r.status != Sandbox::CallStatus::kOk) {
+      EndCallFailure(stage, t0, r);
+    } else {
+      EndStage(stage, t0, r.response.run().outcome(), r.response.run().message());
+    }
+  }
+
   ProblemData& Data();
   const std::map<std::string, std::string>& Inputs(int set, int index);
   absl::Status EnsureReference(int set, int index);
