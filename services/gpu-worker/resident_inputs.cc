@@ -62,14 +62,18 @@ void ResidentStore::Drop(const std::string& key) {
   regions_.erase(it);
 }
 
-void ResidentIndex::Reset(int generation) {
-  if (generation == generation_) return;
-  generation_ = generation;
+void ResidentIndex::Forget() {
   bytes_ = 0;
   lru_.clear();
   where_.clear();
-  drops_.clear();  // the new sandbox holds nothing to drop
   pinned_.clear();
+}
+
+void ResidentIndex::Reset(int generation) {
+  if (generation == generation_) return;
+  generation_ = generation;
+  Forget();
+  drops_.clear();  // the new sandbox holds nothing to drop
 }
 
 bool ResidentIndex::Holds(int generation, const std::string& key) {
@@ -108,10 +112,7 @@ bool ResidentIndex::Add(int generation, const std::string& key, int64_t size) {
 
 void ResidentIndex::Abandon() {
   for (const auto& [key, size] : lru_) drops_.push_back(key);
-  lru_.clear();
-  where_.clear();
-  pinned_.clear();
-  bytes_ = 0;
+  Forget();
 }
 
 std::vector<std::string> ResidentIndex::TakeDrops() {

@@ -68,6 +68,7 @@ class ResidentIndex {
 
  private:
   void Reset(int generation);
+  void Forget();  // no key held, none pinned
 
   int64_t max_bytes_;
   int generation_ = -1;
