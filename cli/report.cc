@@ -110,13 +110,17 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
                       {"evaluations", evals.size()},
                       {"evaluations_per_minute",
                        job.progress().elapsed_seconds() > 0 ? 60.0 * evals.size() / job.progress().elapsed_seconds() : 0}};
-  // Where the time went: per pipeline stage, over the evaluations that reached it.
+  // Where the time went: per pipeline stage, over the evaluations that reached it; and the
+  // bytes moved to and from the sandbox.
   struct StageTotal {
     int64_t evaluations = 0;
     double seconds = 0;
   };
   std::map<int, StageTotal> stages;  // by v1::Stage, so in pipeline order
+  int64_t bytes_sent = 0, bytes_received = 0;
   for (const auto& e : evals) {
+    bytes_sent += e.sandbox_bytes_sent();
+    bytes_received += e.sandbox_bytes_received();
     for (const auto& s : e.stages()) {
       StageTotal& t = stages[s.stage()];
       ++t.evaluations;
@@ -131,11 +135,6 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
         {"mean_seconds", t.seconds / static_cast<double>(t.evaluations)}};
   }
   report["timing"]["stages"] = stage_json;
-  int64_t bytes_sent = 0, bytes_received = 0;
-  for (const auto& e : evals) {
-    bytes_sent += e.sandbox_bytes_sent();
-    bytes_received += e.sandbox_bytes_received();
-  }
   const double n_evals = std::max<double>(1, static_cast<double>(evals.size()));
   report["timing"]["sandbox_bytes_per_evaluation"] = {{"sent", bytes_sent / n_evals},
                                                       {"received", bytes_received / n_evals}};
