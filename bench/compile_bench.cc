@@ -18,7 +18,7 @@
 #include "bench/bench_util.h"
 #include "common/param_space.h"
 #include "common/problem_loader.h"
-#include "services/gpu-worker/cuda_backend.h"
+#include "services/gpu-worker/cuda_compiler.h"
 #include "services/gpu-worker/device_backend.h"
 
 using namespace kforge;

@@ -1,236 +1,17 @@
 #include "services/gpu-worker/cuda_backend.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <fstream>
-#include <sstream>
 
 #include <algorithm>
-#include <cstring>
-
 #include <cstdlib>
-#include <filesystem>
-#include <regex>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
-
-extern char** environ;
+#include "services/gpu-worker/dl_symbol.h"
 
 namespace kforge::worker {
-
-// NVRTC's C API, declared here so that building needs no toolkit headers.
-using nvrtcResult = int;
-using nvrtcProgram = struct _nvrtcProgram*;
-
-struct Nvrtc::Api {
-  nvrtcResult (*version)(int*, int*);
-  nvrtcResult (*create)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*);
-  nvrtcResult (*compile)(nvrtcProgram, int, const char* const*);
-  nvrtcResult (*log_size)(nvrtcProgram, size_t*);
-  nvrtcResult (*log)(nvrtcProgram, char*);
-  nvrtcResult (*cubin_size)(nvrtcProgram, size_t*);
-  nvrtcResult (*cubin)(nvrtcProgram, char*);
-  nvrtcResult (*destroy)(nvrtcProgram*);
-};
-
-namespace {
-
-template <typename F>
-bool Sym(void* h, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(h, name));
-  return *out != nullptr;
-}
-
-}  // namespace
-
-namespace {
-
-// ptxas -v: "Used 32 registers, ..." and "N bytes spill stores, M bytes spill loads".
-void ReadPtxasInfo(NvrtcOutput* out) {
-  static const std::regex kSpill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  static const std::regex kRegs(R"(Used (\d+) registers)");
-  std::smatch m;
-  if (std::regex_search(out->log, m, kSpill)) out->spill_bytes = std::stoll(m[1]) + std::stoll(m[2]);
-  if (std::regex_search(out->log, m, kRegs)) out->registers = std::stoi(m[1]);
-}
-
-}  // namespace
-
-std::string CudaIncludeDir() {
-  for (const char* env : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (const char* v = std::getenv(env); v != nullptr && *v) {
-      const std::string dir = absl::StrCat(v, "/include");
-      if (std::filesystem::exists(dir + "/cuda_fp16.h")) return dir;
-    }
-  }
-  if (std::filesystem::exists("/usr/local/cuda/include/cuda_fp16.h")) return "/usr/local/cuda/include";
-  return "";
-}
-
-absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load() {
-  std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {
-    names.push_back(absl::StrCat(dir, "/libnvrtc.so"));
-  }
-  void* h = nullptr;
-  for (const auto& n : names) {
-    h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h != nullptr) break;
-  }
-  if (h == nullptr) return absl::NotFoundError("NVRTC not found (libnvrtc.so)");
-  std::unique_ptr<Nvrtc> n(new Nvrtc());
-  n->handle_ = h;
-  n->api_ = std::make_unique<Api>();
-  Api& a = *n->api_;
-  if (!Sym(h, "nvrtcVersion", &a.version) || !Sym(h, "nvrtcCreateProgram", &a.create) ||
-      !Sym(h, "nvrtcCompileProgram", &a.compile) || !Sym(h, "nvrtcGetProgramLogSize", &a.log_size) ||
-      !Sym(h, "nvrtcGetProgramLog", &a.log) || !Sym(h, "nvrtcGetCUBINSize", &a.cubin_size) ||
-      !Sym(h, "nvrtcGetCUBIN", &a.cubin) || !Sym(h, "nvrtcDestroyProgram", &a.destroy)) {
-    return absl::NotFoundError("NVRTC library lacks expected symbols");
-  }
-  return n;
-}
-
-Nvrtc::~Nvrtc() {
-  if (handle_ != nullptr) dlclose(handle_);
-}
-
-std::string Nvrtc::Version() const {
-  int major = 0, minor = 0;
-  api_->version(&major, &minor);
-  return absl::StrCat("nvrtc ", major, ".", minor);
-}
-
-NvrtcOutput Nvrtc::Compile(const std::string& source, const std::map<std::string, int64_t>& defines,
-                           const std::string& arch) const {
-  NvrtcOutput out;
-  nvrtcProgram prog = nullptr;
-  if (api_->create(&prog, source.c_str(), "candidate.cu", 0, nullptr, nullptr) != 0) {
-    out.log = "nvrtcCreateProgram failed";
-    return out;
-  }
-  std::vector<std::string> opts = {absl::StrCat("--gpu-architecture=", arch), "--std=c++17",
-                                   "--ptxas-options=-v", "-DKFORGE=1"};
-  if (const std::string inc = CudaIncludeDir(); !inc.empty()) opts.push_back(absl::StrCat("-I", inc));
-  for (const auto& [k, v] : defines) opts.push_back(absl::StrCat("-D", k, "=", v));
-  std::vector<const char*> argv;
-  for (const auto& o : opts) argv.push_back(o.c_str());
-  const nvrtcResult rc = api_->compile(prog, static_cast<int>(argv.size()), argv.data());
-  size_t n = 0;
-  api_->log_size(prog, &n);
-  out.log.assign(n, '\0');
-  if (n > 0) api_->log(prog, out.log.data());
-  while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
-  if (rc == 0) {
-    size_t size = 0;
-    api_->cubin_size(prog, &size);
-    out.cubin.assign(size, '\0');
-    api_->cubin(prog, out.cubin.data());
-    out.ok = size > 0;
-    ReadPtxasInfo(&out);
-  }
-  api_->destroy(&prog);
-  return out;
-}
-
-namespace {
-
-// Runs argv (no shell), stdout+stderr into *log; returns the exit status (-1 if not started).
-int RunCapture(const std::vector<std::string>& argv, const std::string& log_path, std::string* log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream in(log_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *log = ss.str();
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<NvccCompiler>> NvccCompiler::Find() {
-  std::vector<std::string> candidates;
-  for (const char* env : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (const char* v = std::getenv(env); v != nullptr && *v) candidates.push_back(absl::StrCat(v, "/bin/nvcc"));
-  }
-  candidates.push_back("/usr/local/cuda/bin/nvcc");
-  for (const auto& c : candidates) {
-    if (access(c.c_str(), X_OK) != 0) continue;
-    std::unique_ptr<NvccCompiler> n(new NvccCompiler());
-    n->path_ = c;
-    std::string out;
-    const std::string log = (std::filesystem::temp_directory_path() / absl::StrCat("kforge-nvcc-v-", getpid())).string();
-    RunCapture({c, "--version"}, log, &out);
-    std::filesystem::remove(log);
-    const size_t rel = out.find("release ");
-    n->version_ = rel == std::string::npos ? "nvcc" : absl::StrCat("nvcc ", out.substr(rel + 8, out.find(',', rel) - rel - 8));
-    return n;
-  }
-  return absl::NotFoundError("nvcc not found (set CUDA_HOME)");
-}
-
-NvrtcOutput NvccCompiler::Compile(const std::string& source, const std::map<std::string, int64_t>& defines,
-                                  const std::string& arch) const {
-  NvrtcOutput out;
-  std::string tmpl = (std::filesystem::temp_directory_path() / "kforge-nvcc-XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    out.log = "cannot create a temporary folder for nvcc";
-    return out;
-  }
-  const std::string dir = tmpl;
-  {
-    std::ofstream src(dir + "/candidate.cu", std::ios::binary);
-    src << source;
-  }
-  std::vector<std::string> argv = {path_, "-cubin", absl::StrCat("-arch=", arch), "--std=c++17", "-Xptxas", "-v",
-                                   "-DKFORGE=1", "-o", dir + "/candidate.cubin", dir + "/candidate.cu"};
-  for (const auto& [k, v] : defines) argv.push_back(absl::StrCat("-D", k, "=", v));
-  const int rc = RunCapture(argv, dir + "/log.txt", &out.log);
-  if (rc == 0) {
-    std::ifstream in(dir + "/candidate.cubin", std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    out.cubin = ss.str();
-    out.ok = !out.cubin.empty();
-    ReadPtxasInfo(&out);
-  } else if (out.log.empty()) {
-    out.log = absl::StrCat("nvcc failed to run (status ", rc, ")");
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return out;
-}
-
-absl::StatusOr<std::unique_ptr<CudaCompiler>> MakeCudaCompiler() {
-  const char* choice = std::getenv("KFORGE_CUDA_COMPILER");
-  if (choice != nullptr && std::string(choice) == "nvcc") {
-    auto n = NvccCompiler::Find();
-    if (!n.ok()) return n.status();
-    return std::unique_ptr<CudaCompiler>(std::move(*n));
-  }
-  auto nvrtc = Nvrtc::Load();
-  if (nvrtc.ok()) return std::unique_ptr<CudaCompiler>(std::move(*nvrtc));
-  auto n = NvccCompiler::Find();
-  if (n.ok()) return std::unique_ptr<CudaCompiler>(std::move(*n));
-  return absl::NotFoundError(absl::StrCat(nvrtc.status().message(), "; ", n.status().message()));
-}
 
 namespace {
 
@@ -505,24 +286,33 @@ class CudaBackend final : public DeviceBackend {
 
   bool LoadDriver() {
     void* h = handle_;
-    return Sym(h, "cuInit", &cu_.Init) && Sym(h, "cuDriverGetVersion", &cu_.DriverGetVersion) &&
-           Sym(h, "cuDeviceGet", &cu_.DeviceGet) && Sym(h, "cuDeviceGetCount", &cu_.DeviceGetCount) &&
-           Sym(h, "cuDeviceGetName", &cu_.DeviceGetName) &&
-           Sym(h, "cuDeviceGetAttribute", &cu_.DeviceGetAttribute) &&
-           Sym(h, "cuDeviceTotalMem_v2", &cu_.DeviceTotalMem) &&
-           Sym(h, "cuDevicePrimaryCtxRetain", &cu_.PrimaryCtxRetain) &&
-           Sym(h, "cuCtxSetCurrent", &cu_.CtxSetCurrent) && Sym(h, "cuCtxSynchronize", &cu_.CtxSynchronize) &&
-           Sym(h, "cuModuleLoadData", &cu_.ModuleLoadData) && Sym(h, "cuModuleUnload", &cu_.ModuleUnload) &&
-           Sym(h, "cuModuleGetFunction", &cu_.ModuleGetFunction) &&
-           Sym(h, "cuFuncGetAttribute", &cu_.FuncGetAttribute) &&
-           Sym(h, "cuFuncSetAttribute", &cu_.FuncSetAttribute) && Sym(h, "cuMemAlloc_v2", &cu_.MemAlloc) &&
-           Sym(h, "cuMemFree_v2", &cu_.MemFree) && Sym(h, "cuMemcpyHtoD_v2", &cu_.MemcpyHtoD) &&
-           Sym(h, "cuMemcpyDtoH_v2", &cu_.MemcpyDtoH) && Sym(h, "cuMemsetD8_v2", &cu_.MemsetD8) &&
-           Sym(h, "cuLaunchKernel", &cu_.LaunchKernel) && Sym(h, "cuEventCreate", &cu_.EventCreate) &&
-           Sym(h, "cuEventRecord", &cu_.EventRecord) && Sym(h, "cuEventSynchronize", &cu_.EventSynchronize) &&
-           (Sym(h, "cuEventElapsedTime_v2", &cu_.EventElapsedTime) ||
-            Sym(h, "cuEventElapsedTime", &cu_.EventElapsedTime)) &&
-           Sym(h, "cuGetErrorString", &cu_.GetErrorString);
+    return DlSymbol(h, "cuInit", &cu_.Init) &&
+           DlSymbol(h, "cuDriverGetVersion", &cu_.DriverGetVersion) &&
+           DlSymbol(h, "cuDeviceGet", &cu_.DeviceGet) &&
+           DlSymbol(h, "cuDeviceGetCount", &cu_.DeviceGetCount) &&
+           DlSymbol(h, "cuDeviceGetName", &cu_.DeviceGetName) &&
+           DlSymbol(h, "cuDeviceGetAttribute", &cu_.DeviceGetAttribute) &&
+           DlSymbol(h, "cuDeviceTotalMem_v2", &cu_.DeviceTotalMem) &&
+           DlSymbol(h, "cuDevicePrimaryCtxRetain", &cu_.PrimaryCtxRetain) &&
+           DlSymbol(h, "cuCtxSetCurrent", &cu_.CtxSetCurrent) &&
+           DlSymbol(h, "cuCtxSynchronize", &cu_.CtxSynchronize) &&
+           DlSymbol(h, "cuModuleLoadData", &cu_.ModuleLoadData) &&
+           DlSymbol(h, "cuModuleUnload", &cu_.ModuleUnload) &&
+           DlSymbol(h, "cuModuleGetFunction", &cu_.ModuleGetFunction) &&
+           DlSymbol(h, "cuFuncGetAttribute", &cu_.FuncGetAttribute) &&
+           DlSymbol(h, "cuFuncSetAttribute", &cu_.FuncSetAttribute) &&
+           DlSymbol(h, "cuMemAlloc_v2", &cu_.MemAlloc) &&
+           DlSymbol(h, "cuMemFree_v2", &cu_.MemFree) &&
+           DlSymbol(h, "cuMemcpyHtoD_v2", &cu_.MemcpyHtoD) &&
+           DlSymbol(h, "cuMemcpyDtoH_v2", &cu_.MemcpyDtoH) &&
+           DlSymbol(h, "cuMemsetD8_v2", &cu_.MemsetD8) &&
+           DlSymbol(h, "cuLaunchKernel", &cu_.LaunchKernel) &&
+           DlSymbol(h, "cuEventCreate", &cu_.EventCreate) &&
+           DlSymbol(h, "cuEventRecord", &cu_.EventRecord) &&
+           DlSymbol(h, "cuEventSynchronize", &cu_.EventSynchronize) &&
+           (DlSymbol(h, "cuEventElapsedTime_v2", &cu_.EventElapsedTime) ||
+            DlSymbol(h, "cuEventElapsedTime", &cu_.EventElapsedTime)) &&
+           DlSymbol(h, "cuGetErrorString", &cu_.GetErrorString);
   }
   int Attr(int a) {
     int v = 0;

@@ -5,13 +5,13 @@
 #include <filesystem>
 
 #include "common/clock.h"
-#include "common/logging.h"
 #include "common/launch.h"
+#include "common/logging.h"
 #include "common/param_space.h"
 #include "common/problem_loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/gpu-worker/cuda_backend.h"
+#include "services/gpu-worker/cuda_compiler.h"
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/screen.h"
 #include "tests/testutil/temp_dir.h"
