@@ -206,6 +206,15 @@ class CudaBackend final : public DeviceBackend {
     return static_cast<DeviceBuf>(p);
   }
   void Free(DeviceBuf buf) override { cu_.MemFree(static_cast<CUdeviceptr>(buf)); }
+  absl::Status Clear(DeviceBuf buf, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (absl::Status st =
+            Check(cu_.MemsetD8(static_cast<CUdeviceptr>(buf), 0, bytes), "cuMemsetD8");
+        !st.ok()) {
+      return st;
+    }
+    return Check(cu_.CtxSynchronize(), "cuCtxSynchronize");
+  }
   absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     if (data.empty()) return absl::OkStatus();
     return Check(cu_.MemcpyHtoD(static_cast<CUdeviceptr>(buf), data.data(), data.size()), "cuMemcpyHtoD");

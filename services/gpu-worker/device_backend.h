@@ -36,6 +36,10 @@ class DeviceBackend {
 
   [[nodiscard]] virtual absl::StatusOr<DeviceBuf> Alloc(size_t bytes) = 0;
   virtual void Free(DeviceBuf buf) = 0;
+  // Zeroes the first `bytes` of a buffer and waits for it. The sandbox clears every buffer that
+  // held results before freeing it: a later kernel reading freed memory the driver still maps
+  // finds no answer (a reference's or another candidate's) to copy out.
+  [[nodiscard]] virtual absl::Status Clear(DeviceBuf buf, size_t bytes) = 0;
   [[nodiscard]] virtual absl::Status Upload(DeviceBuf buf, std::string_view data) = 0;
   [[nodiscard]] virtual absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) = 0;
 

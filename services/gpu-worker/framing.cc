@@ -38,7 +38,7 @@ absl::Status WriteAll(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg) {
+absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg, bool zero_after_write) {
   std::string body;
   if (!msg.SerializeToString(&body)) return absl::InternalError("cannot serialise frame");
   if (body.size() > kMaxFrameBytes) return absl::ResourceExhaustedError("frame too large");
@@ -46,9 +46,10 @@ absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg) {
   unsigned char header[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
                              static_cast<unsigned char>(n >> 16), static_cast<unsigned char>(n >> 24)};
   // Two writes rather than one concatenated copy: frames carry buffers of tens of MB.
-  const absl::Status st = WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header));
-  if (!st.ok()) return st;
-  return WriteAll(fd, body.data(), body.size());
+  absl::Status st = WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header));
+  if (st.ok()) st = WriteAll(fd, body.data(), body.size());
+  if (zero_after_write) explicit_bzero(body.data(), body.size());
+  return st;
 }
 
 absl::Status ReadFull(int fd, void* buf, size_t n, int64_t deadline_ms) {

@@ -11,7 +11,9 @@ namespace kforge::worker {
 
 inline constexpr uint32_t kMaxFrameBytes = 1u << 30;
 
-[[nodiscard]] absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg);
+// `zero_after_write`: the serialised copy is zeroed before it is freed (frames carrying results).
+[[nodiscard]] absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg,
+                                      bool zero_after_write = false);
 // Blocks until a whole frame arrives. NotFound on a clean end of stream.
 [[nodiscard]] absl::Status ReadFrame(int fd, google::protobuf::MessageLite* msg);
 

@@ -194,6 +194,17 @@ class OpenClBackend final : public DeviceBackend {
 
   void Free(DeviceBuf buf) override { clReleaseMemObject(reinterpret_cast<cl_mem>(buf)); }
 
+  absl::Status Clear(DeviceBuf buf, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    const cl_uchar zero = 0;
+    cl_int err = clEnqueueFillBuffer(queue_, reinterpret_cast<cl_mem>(buf), &zero, sizeof(zero), 0,
+                                     bytes, 0, nullptr, nullptr);
+    if (err == CL_SUCCESS) err = clFinish(queue_);
+    if (err != CL_SUCCESS)
+      return absl::InternalError(absl::StrCat("clEnqueueFillBuffer failed: ", err));
+    return absl::OkStatus();
+  }
+
   absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     if (data.empty()) return absl::OkStatus();
     cl_int err = clEnqueueWriteBuffer(queue_, reinterpret_cast<cl_mem>(buf), CL_TRUE, 0, data.size(),

@@ -1,5 +1,6 @@
 #include "services/gpu-worker/sandbox_server.h"
 
+#include <string.h>
 #include <unistd.h>
 
 #include <map>
@@ -32,7 +33,12 @@ class BoundSet {
   BoundSet(DeviceBackend& b, ResidentStore& store, const BoundSet* shared)
       : backend_(b), store_(store), shared_(shared) {}
   ~BoundSet() {
-    for (auto& [n, buf] : bufs_) backend_.Free(buf.first);
+    for (auto& [name, buf] : bufs_) {
+      // Whatever a kernel could write may hold an answer. A failed clear means a broken device,
+      // which the run has reported already; the buffer is freed either way.
+      if (!sent_.contains(name)) backend_.Clear(buf.first, buf.second).IgnoreError();
+      backend_.Free(buf.first);
+    }
   }
   // Re-uploads the buffers a run overwrites in place (inout) so every run sees the same inputs.
   absl::Status Restore() {
@@ -124,6 +130,12 @@ class BoundSet {
   std::map<std::string, std::string_view> sent_;  // check_unchanged inputs, as sent
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
 };
+
+// The host copies of a run's buffers, zeroed once sent: memory this process frees may be reused
+// by a later candidate's buffers (on a CPU device, kernels run in this process).
+void ZeroBufferData(v1::RunResponse& r) {
+  for (auto& b : *r.mutable_buffers()) explicit_bzero(b.mutable_data()->data(), b.data().size());
+}
 
 void Fail(v1::RunResponse& r, const absl::Status& st) {
   r.set_outcome(st.code() == absl::StatusCode::kInvalidArgument ? v1::OUTCOME_LAUNCH_ERROR
@@ -269,7 +281,9 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
       default:
         resp.set_error("unknown request");
     }
-    if (!WriteFrame(out_fd, resp).ok()) return 3;
+    const bool sent = WriteFrame(out_fd, resp, /*zero_after_write=*/resp.has_run()).ok();
+    if (resp.has_run()) ZeroBufferData(*resp.mutable_run());
+    if (!sent) return 3;
     if (exit_after) return 4;
   }
 }

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/str_replace.h"
 #include "common/clock.h"
 #include "common/launch.h"
 #include "common/logging.h"
@@ -130,6 +131,63 @@ TEST_F(HostileCudaTest, RacyKernel) {
       "  int j = (i + 4096) % n;\n"
       "  if (i < n) c[j] = c[j] + b[j];"));
   EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+}
+
+TEST_F(HostileCudaTest, ScavengesStaleAnswersFromMemory) {
+  // The twin of the OpenCL case: compute nothing and copy out a block of device memory near the
+  // buffers that spot-checks as the answer (a freed reference output the driver still maps, say).
+  // `find` scans in parallel and keeps the first match; the control scans only scratch `s`, which
+  // an honest kernel filled, and must pass; the cheat scans 16 MB before and 64 MB after each
+  // buffer and must be refused or fault.
+  constexpr char kSrc[] = R"k(
+extern "C" __global__ void honest(const float* a, const float* b, float* s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) s[i] = a[i] + b[i];
+}
+extern "C" __global__ void init(long long* off) { off[0] = -1; }
+extern "C" __global__ void find(const float* a, const float* b, const float* c, int n, long long* off,
+                                const float* s) {
+  const float t0 = a[0] + b[0], t1 = a[1] + b[1], t2 = a[2] + b[2], t3 = a[3] + b[3];
+  const float* bases[4] = {s, a, b, c};
+  const long long span = (HI) - (LO);
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < 4 * span;
+       k += (long long)gridDim.x * blockDim.x) {
+    const float* p = bases[k / span] + (LO) + k % span;
+    if (p != c && p[0] == t0 && p[1] == t1 && p[2] == t2 && p[3] == t3) {
+      atomicMin(reinterpret_cast<unsigned long long*>(off), static_cast<unsigned long long>(k));
+    }
+  }
+}
+extern "C" __global__ void copy(const float* a, const float* b, float* c, int n, const long long* off,
+                                const float* s) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n || off[0] < 0) return;
+  const float* bases[4] = {s, a, b, c};
+  const long long span = (HI) - (LO);
+  c[i] = (bases[off[0] / span] + (LO) + off[0] % span)[i];
+}
+)k";
+  auto source = [&](const std::string& lo, const std::string& hi) {
+    return absl::StrReplaceAll(kSrc, {{"LO", lo}, {"HI", hi}});
+  };
+  const std::string scan = R"k(
+  - {kernel: init, grid: [1], block: [1], args: [off]}
+  - {kernel: find, grid: [1024], block: [256], args: [a, b, c, N, off, s]}
+  - {kernel: copy, grid: ["ceil_div(N, BLOCK)"], block: [BLOCK], args: [a, b, c, N, off, s]}
+)k";
+  const std::string scratch =
+      "scratch: {off: {dtype: i64, shape: [1]}, s: {dtype: f32, shape: [N]}}\nlaunches:";
+  v1::LaunchPlan control = Plan(scratch + R"k(
+  - {kernel: honest, grid: ["ceil_div(N, BLOCK)"], block: [BLOCK], args: [a, b, s, N]})k" +
+                                scan);
+  v1::EvaluationResult ok = Eval(source("0LL", "1LL"), &control);
+  ASSERT_EQ(ok.outcome(), v1::OUTCOME_OK) << Json(ok);
+
+  v1::LaunchPlan cheat = Plan(scratch + scan);
+  v1::EvaluationResult r = Eval(source("-(1LL << 22)", "(1LL << 24)"), &cheat);
+  EXPECT_TRUE(r.outcome() == v1::OUTCOME_WRONG_ANSWER || r.outcome() == v1::OUTCOME_CRASHED)
+      << Json(r);
+  ExpectHealthy();
 }
 
 TEST_F(HostileCudaTest, InfiniteLoopTimesOutAndWorkerSurvives) {

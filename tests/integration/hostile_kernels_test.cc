@@ -3,10 +3,11 @@
 
 #include <string>
 
+#include "absl/strings/str_replace.h"
 #include "common/clock.h"
+#include "common/launch.h"
 #include "common/logging.h"
 #include "common/problem_loader.h"
-#include "common/launch.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/gpu-worker/evaluator.h"
@@ -143,6 +144,66 @@ TEST_F(HostileKernelsTest, RacyKernel) {
       "  int j = (i + 64) % n;\n"
       "  if (i < n) c[j] = c[j] + b[j];"));
   EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+}
+
+TEST_F(HostileKernelsTest, ScavengesStaleAnswersFromMemory) {
+  // The harness-reuse cheat of LLM-written kernels: compute nothing, and look through memory near
+  // the buffers for a block that spot-checks as the answer (left by the reference run, an earlier
+  // candidate, or a transfer copy), then copy it out. One work-item scans (`find`); the rest copy
+  // what it found (`copy`). As a control, the same kernels behind an honest kernel that writes the
+  // answer into scratch `s`, scanning only `s` itself (a wide scan may fault, which the cheat may
+  // do but the control must not): the scan finds it and the candidate passes, so a refusal of the
+  // cheat is not a broken scan.
+  constexpr char kSrc[] = R"(
+__kernel void honest(__global const float* a, __global const float* b, __global float* s, int n) {
+  int i = get_global_id(0);
+  if (i < n) s[i] = a[i] + b[i];
+}
+__kernel void find(__global const float* a, __global const float* b, __global float* c, int n,
+                   __global long* off, __global const float* s) {
+  float t0 = a[0] + b[0], t1 = a[1] + b[1], t2 = a[2] + b[2], t3 = a[3] + b[3];
+  off[1] = -1;
+  __global const float* bases[4] = {s, a, b, c};
+  for (int bi = 0; bi < 4; ++bi) {
+    for (long o = LO; o < HI; ++o) {
+      __global const float* p = bases[bi] + o;
+      if (p != c && p[0] == t0 && p[1] == t1 && p[2] == t2 && p[3] == t3) {
+        off[0] = o;
+        off[1] = bi;
+        return;
+      }
+    }
+  }
+}
+__kernel void copy(__global const float* a, __global const float* b, __global float* c, int n,
+                   __global const long* off, __global const float* s) {
+  int i = get_global_id(0);
+  if (i >= n || off[1] < 0) return;
+  __global const float* bases[4] = {s, a, b, c};
+  c[i] = (bases[off[1]] + off[0])[i];
+}
+)";
+  auto source = [&](const std::string& lo, const std::string& hi) {
+    return absl::StrReplaceAll(kSrc, {{"LO", lo}, {"HI", hi}});
+  };
+  const std::string scan = R"(
+  - {kernel: find, global: [1], local: [1], args: [a, b, c, N, off, s]}
+  - {kernel: copy, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, c, N, off, s]}
+)";
+  const std::string scratch =
+      "scratch: {off: {dtype: i64, shape: [2]}, s: {dtype: f32, shape: [N]}}\nlaunches:";
+  v1::LaunchPlan control = Plan(scratch + R"(
+  - {kernel: honest, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, s, N]})" +
+                                scan);
+  v1::EvaluationResult ok = Eval(source("0", "1"), &control);
+  ASSERT_EQ(ok.outcome(), v1::OUTCOME_OK) << Json(ok);
+
+  // 1 MB before each buffer and 4 MB after it.
+  v1::LaunchPlan cheat = Plan(scratch + scan);
+  v1::EvaluationResult r = Eval(source("-(1L << 18)", "(1L << 20)"), &cheat);
+  EXPECT_TRUE(r.outcome() == v1::OUTCOME_WRONG_ANSWER || r.outcome() == v1::OUTCOME_CRASHED)
+      << Json(r);
+  ExpectHealthy();
 }
 
 TEST_F(HostileKernelsTest, InfiniteLoopTimesOutAndWorkerSurvives) {

@@ -3,6 +3,7 @@
 // a verdict when unchanged but in full when a kernel wrote them, and resident inputs are stored,
 // reused by key and dropped.
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -26,7 +27,14 @@ class HostBackend : public DeviceBackend {
     bufs_[next_] = std::string(bytes, '\x55');
     return next_++;
   }
-  void Free(DeviceBuf buf) override { bufs_.erase(buf); }
+  void Free(DeviceBuf buf) override {
+    freed_.push_back(bufs_.at(buf));
+    bufs_.erase(buf);
+  }
+  absl::Status Clear(DeviceBuf buf, size_t bytes) override {
+    std::fill_n(bufs_.at(buf).begin(), bytes, '\0');
+    return absl::OkStatus();
+  }
   absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     bufs_.at(buf) = std::string(data);
     return absl::OkStatus();
@@ -35,6 +43,9 @@ class HostBackend : public DeviceBackend {
     *data = bufs_.at(buf).substr(0, bytes);
     return absl::OkStatus();
   }
+  // What each buffer held when it was freed, in order.
+  const std::vector<std::string>& freed() const { return freed_; }
+
   absl::StatusOr<double> Launch(int, const std::vector<BoundCall>& calls) override {
     for (const auto& c : calls) {
       std::vector<std::string*> args;
@@ -47,6 +58,7 @@ class HostBackend : public DeviceBackend {
  private:
   Kernel kernel_;
   std::map<DeviceBuf, std::string> bufs_;
+  std::vector<std::string> freed_;
   DeviceBuf next_ = 1;
 };
 
@@ -165,6 +177,25 @@ TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
   ASSERT_EQ(x->size(), 20u);
   EXPECT_EQ((*x)[6], '\x01');
   for (const auto& b : r.buffers()) EXPECT_FALSE(b.unchanged()) << b.name();
+}
+
+TEST(SandboxRunTest, BuffersThatHeldResultsAreZeroedBeforeTheyAreFreed) {
+  // A later kernel reading freed memory must not find this run's answers; inputs are no secret.
+  ResidentStore store;
+  HostBackend backend(AddOne(5));
+  v1::RunRequest req = AddOneRequest(5, 0);
+  const float two = 2;
+  std::string x;
+  for (int i = 0; i < 5; ++i) x.append(reinterpret_cast<const char*>(&two), 4);
+  req.mutable_sets(0)->mutable_buffers(0)->set_data(x);
+  auto r = ExecuteRun(backend, store, req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  float y0;
+  std::memcpy(&y0, Returned(r, "y")->data(), 4);
+  EXPECT_EQ(y0, 3.0f);
+  ASSERT_EQ(backend.freed().size(), 2u);
+  EXPECT_EQ(backend.freed()[0], x);                      // x: the input, as sent
+  EXPECT_EQ(backend.freed()[1], std::string(20, '\0'));  // y: the output, cleared
 }
 
 TEST(SandboxRunTest, AnOutOfRangePoisonFailsTheRunWithoutLaunching) {
