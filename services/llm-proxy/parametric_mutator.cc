@@ -19,6 +19,15 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
   return c;
 }
 
+std::vector<int> PowerOfTwoPositions(const v1::Param& param) {
+  std::vector<int> out;
+  for (int j = 0; j < param.values_size(); ++j) {
+    const int64_t v = param.values(j);
+    if (v > 0 && (v & (v - 1)) == 0) out.push_back(j);
+  }
+  return out;
+}
+
 namespace {
 
 // The parent's value positions, and which knobs have more than one value to move between.
@@ -89,6 +98,15 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
           step = k;
           break;
         }
+      }
+      const std::vector<int> ladder = PowerOfTwoPositions(params[p]);
+      const auto rung = std::find(ladder.begin(), ladder.end(), next[p]);
+      if (static_cast<int>(ladder.size()) >= kMinPowerOfTwoLadder && rung != ladder.end() &&
+          u(rng) < options_.power_of_two_moves) {
+        const int rungs = u(rng) < 0.7 ? 1 : 2;
+        const int to = static_cast<int>(rung - ladder.begin()) + (u(rng) < 0.5 ? -rungs : rungs);
+        next[p] = ladder[std::clamp(to, 0, static_cast<int>(ladder.size()) - 1)];
+        continue;
       }
       next[p] = std::clamp(next[p] + (u(rng) < 0.5 ? -step : step), 0, n - 1);
     }

@@ -4,15 +4,18 @@
 // no model, and it is what runs when no LLM is configured.
 //
 // Moves: a neighbour move (one to three knobs stepped along their declared, ordered values by k
-// positions, P(k) ~ 1/k up to a third of the knob's range), a random reset (a uniformly drawn valid assignment), and uniform
-// crossover of two parents. A child is only emitted when it is valid and unseen; while unseen
-// valid neighbours of the parent remain, one of them is proposed before anything farther away.
+// positions, P(k) ~ 1/k up to a third of the knob's range; a size-like knob at a power of two
+// often steps along its powers of two instead), a random reset (a uniformly drawn valid
+// assignment), and uniform crossover of two parents. A child is only emitted when it is valid and
+// unseen; while unseen valid neighbours of the parent remain, one of them is proposed before
+// anything farther away.
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "common/mutator.h"
 #include "common/param_space.h"
@@ -22,8 +25,21 @@ namespace kforge::llm {
 struct ParametricOptions {
   double reset_probability = 0.08;   // a random reset instead of a neighbour move
   int neighbour_tries = 64;          // random neighbour draws before the systematic scan
+  // The chance that a knob with at least kMinPowerOfTwoLadder power-of-two values, at one of
+  // them, moves to the next or second-next power of two (x2, x4, /2, /4) rather than by
+  // positions: GPU block and tile sizes behave alike at alike powers of two (warps, memory
+  // transactions, banks), and good values are often 32 and 128 with 48..112 poor in between.
+  // Measured in bench/README.md.
+  double power_of_two_moves = 0.6;
   int64_t max_scan = 1 << 22;        // the largest space scanned exhaustively for unseen points
 };
+
+// Knobs with fewer power-of-two values (a tile of 1..4, a flag) step by positions only: a 3
+// between 2 and 4 is as likely a good value as either.
+inline constexpr int kMinPowerOfTwoLadder = 4;
+
+// The positions of a knob's power-of-two values, in declared order.
+std::vector<int> PowerOfTwoPositions(const v1::Param& param);
 
 class ParametricMutator final : public Mutator {
  public:

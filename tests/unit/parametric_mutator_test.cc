@@ -422,6 +422,39 @@ TEST(ParametricMutatorTest, ExploitStaysNextToTheParent) {
   EXPECT_GT(step_histogram[2], step_histogram[3]);
 }
 
+TEST(ParametricMutatorTest, SizeKnobsAtAPowerOfTwoStepAlongTheirPowersOfTwo) {
+  // BX: 16 values, five of them powers of two; TILE: 1..4 has only three, so it steps by positions.
+  std::vector<int64_t> bx;
+  for (int64_t v = 16; v <= 256; v += 16) bx.push_back(v);
+  const Fixture f = Fixture::Make(MakeProblem("sizes", {{"BX", bx}, {"TILE", {1, 2, 3, 4}}}, {}));
+  const ParamAssignment centre = {{"BX", 64}, {"TILE", 2}};
+  const v1::Candidate parent = f.Parent(centre, "p");
+  const std::set<std::string> seen = {parent.content_hash()};
+  for (double chance : {0.0, 1.0}) {
+    ParametricMutator mutator({.power_of_two_moves = chance});
+    std::map<int64_t, int> bx_seen, tile_seen;
+    for (uint64_t seed = 0; seed < 1000; ++seed) {
+      auto resp = mutator.Mutate(Request(f.problem, {parent}, seed, 1, "exploit"), SeenIn(seen));
+      ASSERT_TRUE(resp.ok()) << resp.status();
+      ASSERT_EQ(resp->children_size(), 1);
+      const ParamAssignment child = ParamsOf(resp->children(0));
+      ++bx_seen[child.at("BX")];
+      ++tile_seen[child.at("TILE")];
+    }
+    std::set<int64_t> bx_values;
+    for (const auto& [v, n] : bx_seen) bx_values.insert(v);
+    if (chance == 1.0) {
+      // x2, x4, /2, /4 from 64 (or no change to BX).
+      EXPECT_THAT(bx_values, ::testing::IsSubsetOf({16, 32, 64, 128, 256})) << "chance " << chance;
+      EXPECT_GT(bx_seen[256], 0);
+    } else {
+      EXPECT_GT(bx_seen[48] + bx_seen[80], 0);  // one position away
+      EXPECT_EQ(bx_seen[256], 0);               // 12 positions away: beyond a third of the range
+    }
+    EXPECT_GT(tile_seen[3], 0) << "chance " << chance;
+  }
+}
+
 TEST(ParametricMutatorTest, ExploitChangesAtMostThreeKnobs) {
   // Six knobs, none constrained but the fixed one: random neighbour draws touch 1 to 3 knobs.
   const Fixture f = Fixture::Make(
