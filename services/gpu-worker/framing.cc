@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace kforge::worker {
@@ -40,6 +41,9 @@ absl::Status WriteAll(int fd, const char* p, size_t n) {
 
 absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg, bool zero_after_write) {
   std::string body;
+  absl::Cleanup zero = [&] {
+    if (zero_after_write) explicit_bzero(body.data(), body.size());
+  };
   if (!msg.SerializeToString(&body)) return absl::InternalError("cannot serialise frame");
   if (body.size() > kMaxFrameBytes) return absl::ResourceExhaustedError("frame too large");
   const uint32_t n = static_cast<uint32_t>(body.size());
@@ -48,7 +52,6 @@ absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg, bool z
   // Two writes rather than one concatenated copy: frames carry buffers of tens of MB.
   absl::Status st = WriteAll(fd, reinterpret_cast<const char*>(header), sizeof(header));
   if (st.ok()) st = WriteAll(fd, body.data(), body.size());
-  if (zero_after_write) explicit_bzero(body.data(), body.size());
   return st;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "services/gpu-worker/cuda_backend.h"
@@ -30,22 +31,32 @@ namespace {
 // leaves another set's results behind, which the final validation catches.
 class BoundSet {
  public:
-  BoundSet(DeviceBackend& b, ResidentStore& store, const BoundSet* shared)
+  BoundSet(DeviceBackend& b, ResidentStore& store, BoundSet* shared)
       : backend_(b), store_(store), shared_(shared) {}
-  ~BoundSet() {
+  // On the paths where the run has failed already; a successful run releases explicitly.
+  ~BoundSet() { Release().IgnoreError(); }
+
+  // Zeroes every buffer, then frees it: any of them may hold an answer (a kernel can write its
+  // inputs too), except inputs checked to hold what was sent. The first failure to zero is
+  // returned; every buffer is freed either way.
+  absl::Status Release() {
+    absl::Status first;
     for (auto& [name, buf] : bufs_) {
-      // Whatever a kernel could write may hold an answer. A failed clear means a broken device,
-      // which the run has reported already; the buffer is freed either way.
-      if (!sent_.contains(name)) backend_.Clear(buf.first, buf.second).IgnoreError();
+      if (!clean_.contains(name)) {
+        if (absl::Status st = backend_.Clear(buf.first, buf.second); !st.ok() && first.ok())
+          first = st;
+      }
       backend_.Free(buf.first);
     }
+    bufs_.clear();
+    return first;
   }
   // Re-uploads the buffers a run overwrites in place (inout) so every run sees the same inputs.
   absl::Status Restore() {
     for (const auto& [name, data] : restore_) {
       if (absl::Status st = backend_.Upload(bufs_.at(name).first, data); !st.ok()) return st;
     }
-    return shared_ != nullptr ? const_cast<BoundSet*>(shared_)->Restore() : absl::OkStatus();
+    return shared_ != nullptr ? shared_->Restore() : absl::OkStatus();
   }
 
   absl::Status Upload(const v1::BufferSet& set) {
@@ -107,6 +118,7 @@ class BoundSet {
       if (sent != nullptr && *sent == b->data()) {
         b->clear_data();
         b->set_unchanged(true);
+        (bufs_.contains(name) ? this : shared_)->clean_.insert(name);
       }
     }
     return absl::OkStatus();
@@ -124,11 +136,12 @@ class BoundSet {
 
   DeviceBackend& backend_;
   ResidentStore& store_;
-  const BoundSet* shared_;
+  BoundSet* shared_;
   // Views into the request or the resident store, both of which outlive this set.
   std::vector<std::pair<std::string, std::string_view>> restore_;
   std::map<std::string, std::string_view> sent_;  // check_unchanged inputs, as sent
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
+  std::set<std::string> clean_;  // inputs found to hold exactly what was sent: nothing to hide
 };
 
 // The host copies of a run's buffers, zeroed once sent: memory this process frees may be reused
@@ -238,6 +251,16 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
     Fail(r, st);
     return r;
   }
+  // Set 0 last: the others share its buffers.
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
+    if (absl::Status st = (*it)->Release(); !st.ok()) {
+      // A device that cannot be cleared may still hold this run's answers: crashed, so that the
+      // worker replaces this process.
+      r.clear_buffers();
+      Fail(r, absl::AbortedError(absl::StrCat("clearing buffers after the run: ", st.message())));
+      return r;
+    }
+  }
   r.set_outcome(v1::OUTCOME_OK);
   return r;
 }
@@ -273,7 +296,9 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
         if (backend == nullptr) {
           resp.set_error("no device opened");
         } else {
-          *resp.mutable_run() = ExecuteRun(*backend, resident, req.run());
+          // Swapped in, not copied: every copy of the results is one to zero.
+          v1::RunResponse run = ExecuteRun(*backend, resident, req.run());
+          resp.mutable_run()->Swap(&run);
           // A sticky device error poisons the context: report it, then let the worker respawn us.
           exit_after = resp.run().outcome() == v1::OUTCOME_CRASHED;
         }

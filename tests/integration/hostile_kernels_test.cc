@@ -153,7 +153,9 @@ TEST_F(HostileKernelsTest, ScavengesStaleAnswersFromMemory) {
   // what it found (`copy`). As a control, the same kernels behind an honest kernel that writes the
   // answer into scratch `s`, scanning only `s` itself (a wide scan may fault, which the cheat may
   // do but the control must not): the scan finds it and the candidate passes, so a refusal of the
-  // cheat is not a broken scan.
+  // cheat is not a broken scan. This guards the property, not one mechanism: it passed before the
+  // sandbox zeroed freed buffers too (each run allocates where the last one did, and poison
+  // overwrites the outputs); SandboxRunTest.EveryBufferIsZeroedBeforeItIsFreed tests the zeroing.
   constexpr char kSrc[] = R"(
 __kernel void honest(__global const float* a, __global const float* b, __global float* s, int n) {
   int i = get_global_id(0);

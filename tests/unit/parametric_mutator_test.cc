@@ -430,7 +430,7 @@ TEST(ParametricMutatorTest, SizeKnobsAtAPowerOfTwoStepAlongTheirPowersOfTwo) {
   const ParamAssignment centre = {{"BX", 64}, {"TILE", 2}};
   const v1::Candidate parent = f.Parent(centre, "p");
   const std::set<std::string> seen = {parent.content_hash()};
-  for (double chance : {0.0, 1.0}) {
+  for (double chance : {0.0, ParametricOptions().power_of_two_moves, 1.0}) {
     ParametricMutator mutator({.power_of_two_moves = chance});
     std::map<int64_t, int> bx_seen, tile_seen;
     for (uint64_t seed = 0; seed < 1000; ++seed) {
@@ -447,6 +447,9 @@ TEST(ParametricMutatorTest, SizeKnobsAtAPowerOfTwoStepAlongTheirPowersOfTwo) {
       // x2, x4, /2, /4 from 64 (or no change to BX).
       EXPECT_THAT(bx_values, ::testing::IsSubsetOf({16, 32, 64, 128, 256})) << "chance " << chance;
       EXPECT_GT(bx_seen[256], 0);
+    } else if (chance > 0) {  // the default: both kinds of move
+      EXPECT_GT(bx_seen[256], 0);
+      EXPECT_GT(bx_seen[48] + bx_seen[80], 0);
     } else {
       EXPECT_GT(bx_seen[48] + bx_seen[80], 0);  // one position away
       EXPECT_EQ(bx_seen[256], 0);               // 12 positions away: beyond a third of the range

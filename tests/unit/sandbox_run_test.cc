@@ -32,9 +32,11 @@ class HostBackend : public DeviceBackend {
     bufs_.erase(buf);
   }
   absl::Status Clear(DeviceBuf buf, size_t bytes) override {
+    if (fail_clear_) return absl::InternalError("fill failed");
     std::fill_n(bufs_.at(buf).begin(), bytes, '\0');
     return absl::OkStatus();
   }
+  void FailClear() { fail_clear_ = true; }
   absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     bufs_.at(buf) = std::string(data);
     return absl::OkStatus();
@@ -59,6 +61,7 @@ class HostBackend : public DeviceBackend {
   Kernel kernel_;
   std::map<DeviceBuf, std::string> bufs_;
   std::vector<std::string> freed_;
+  bool fail_clear_ = false;
   DeviceBuf next_ = 1;
 };
 
@@ -179,8 +182,9 @@ TEST(SandboxRunTest, AnUnchangedInputComesBackAsAVerdictAndAChangedOneInFull) {
   for (const auto& b : r.buffers()) EXPECT_FALSE(b.unchanged()) << b.name();
 }
 
-TEST(SandboxRunTest, BuffersThatHeldResultsAreZeroedBeforeTheyAreFreed) {
-  // A later kernel reading freed memory must not find this run's answers; inputs are no secret.
+TEST(SandboxRunTest, EveryBufferIsZeroedBeforeItIsFreedButInputsCheckedUnchanged) {
+  // A later kernel reading freed memory must not find this run's answers, nor what a kernel wrote
+  // into its inputs; an input found to hold what was sent is public and is left as it is.
   ResidentStore store;
   HostBackend backend(AddOne(5));
   v1::RunRequest req = AddOneRequest(5, 0);
@@ -194,8 +198,29 @@ TEST(SandboxRunTest, BuffersThatHeldResultsAreZeroedBeforeTheyAreFreed) {
   std::memcpy(&y0, Returned(r, "y")->data(), 4);
   EXPECT_EQ(y0, 3.0f);
   ASSERT_EQ(backend.freed().size(), 2u);
-  EXPECT_EQ(backend.freed()[0], x);                      // x: the input, as sent
-  EXPECT_EQ(backend.freed()[1], std::string(20, '\0'));  // y: the output, cleared
+  EXPECT_EQ(backend.freed()[0], x);                      // x, unchanged
+  EXPECT_EQ(backend.freed()[1], std::string(20, '\0'));  // y
+
+  // A kernel that writes its input: the input is zeroed too.
+  HostBackend clobbers(
+      [](std::vector<std::string*>& a) { std::fill(a[0]->begin(), a[0]->end(), '\x7f'); });
+  r = ExecuteRun(clobbers, store, req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_EQ(*Returned(r, "x"), std::string(20, '\x7f'));
+  ASSERT_EQ(clobbers.freed().size(), 2u);
+  EXPECT_EQ(clobbers.freed()[0], std::string(20, '\0'));
+}
+
+TEST(SandboxRunTest, ADeviceThatCannotBeClearedCrashesTheRunAndReturnsNoResults) {
+  // The worker replaces a crashed sandbox, and with it the memory that may still hold answers.
+  ResidentStore store;
+  HostBackend backend(AddOne(5));
+  backend.FailClear();
+  auto r = ExecuteRun(backend, store, AddOneRequest(5, 0));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_CRASHED);
+  EXPECT_NE(r.message().find("clearing buffers"), std::string::npos) << r.message();
+  EXPECT_EQ(r.buffers_size(), 0);
+  EXPECT_EQ(backend.freed().size(), 2u);  // freed all the same
 }
 
 TEST(SandboxRunTest, AnOutOfRangePoisonFailsTheRunWithoutLaunching) {
