@@ -1,6 +1,7 @@
 #include "services/llm-proxy/parametric_mutator.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
@@ -19,16 +20,17 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
   return c;
 }
 
+namespace {
+
+// The positions of a knob's power-of-two values, in declared order.
 std::vector<int> PowerOfTwoPositions(const v1::Param& param) {
   std::vector<int> out;
   for (int j = 0; j < param.values_size(); ++j) {
     const int64_t v = param.values(j);
-    if (v > 0 && (v & (v - 1)) == 0) out.push_back(j);
+    if (v > 0 && std::has_single_bit(static_cast<uint64_t>(v))) out.push_back(j);
   }
   return out;
 }
-
-namespace {
 
 // The parent's value positions, and which knobs have more than one value to move between.
 std::optional<std::vector<int>> Position(const ParamSpace& space, const v1::Candidate& parent,

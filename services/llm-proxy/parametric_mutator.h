@@ -38,9 +38,6 @@ struct ParametricOptions {
 // between 2 and 4 is as likely a good value as either.
 inline constexpr int kMinPowerOfTwoLadder = 4;
 
-// The positions of a knob's power-of-two values, in declared order.
-std::vector<int> PowerOfTwoPositions(const v1::Param& param);
-
 class ParametricMutator final : public Mutator {
  public:
   explicit ParametricMutator(ParametricOptions options = {}, ValidityFn extra_validity = nullptr)
