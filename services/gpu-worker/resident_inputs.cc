@@ -43,7 +43,6 @@ absl::StatusOr<std::string_view> ResidentStore::Put(const std::string& key,
         absl::StrCat("resident input ", key, ": mprotect failed: ", std::strerror(err)));
   }
   regions_[key] = r;
-  bytes_ += static_cast<int64_t>(r.size);
   return std::string_view(static_cast<const char*>(addr), r.size);
 }
 
@@ -57,9 +56,14 @@ absl::StatusOr<std::string_view> ResidentStore::Get(const std::string& key) cons
 void ResidentStore::Drop(const std::string& key) {
   auto it = regions_.find(key);
   if (it == regions_.end()) return;
-  bytes_ -= static_cast<int64_t>(it->second.size);
   Unmap(it->second);
   regions_.erase(it);
+}
+
+int64_t ResidentStore::bytes() const {
+  int64_t total = 0;
+  for (const auto& [key, r] : regions_) total += static_cast<int64_t>(r.size);
+  return total;
 }
 
 void ResidentIndex::Forget() {

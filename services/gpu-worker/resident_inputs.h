@@ -32,7 +32,7 @@ class ResidentStore {
   absl::StatusOr<std::string_view> Put(const std::string& key, std::string_view bytes);
   absl::StatusOr<std::string_view> Get(const std::string& key) const;
   void Drop(const std::string& key);
-  int64_t bytes() const { return bytes_; }
+  int64_t bytes() const;  // held, over all keys
 
  private:
   struct Region {
@@ -43,7 +43,6 @@ class ResidentStore {
   static void Unmap(const Region& r);
 
   std::map<std::string, Region> regions_;
-  int64_t bytes_ = 0;
 };
 
 // Worker side: which keys the current sandbox holds, least recently used first, within a byte
