@@ -208,7 +208,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       // A stalled selection always has the island's best as its parent.
       req.set_count(global ? GlobalDrawCount(screen_children, sel.parents.front()->candidate.source().size())
                            : screen_children);
-      req.set_strategy(sel.strategy);
+      req.set_strategy(global ? "global" : sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);
       }

@@ -22,6 +22,9 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
 
 namespace {
 
+// Reset draws that lean to powers of two before plain ones take over.
+constexpr int kPowerOfTwoResetTries = 64;
+
 // The positions of a knob's power-of-two values, in declared order.
 std::vector<int> PowerOfTwoPositions(const v1::Param& param) {
   std::vector<int> out;
@@ -30,6 +33,25 @@ std::vector<int> PowerOfTwoPositions(const v1::Param& param) {
     if (v > 0 && std::has_single_bit(static_cast<uint64_t>(v))) out.push_back(j);
   }
   return out;
+}
+
+// Size knobs: those with kMinPowerOfTwoLadder or more powers of two among other values.
+bool IsSizeKnob(const v1::Param& param, const std::vector<int>& ladder) {
+  return static_cast<int>(ladder.size()) >= kMinPowerOfTwoLadder &&
+         static_cast<int>(ladder.size()) < param.values_size();
+}
+
+// With chance `power_of_two`, a size knob's position is replaced by one of its powers of two.
+void TowardPowersOfTwo(const std::vector<v1::Param>& params, double power_of_two,
+                       std::vector<int>& positions, std::mt19937_64& rng) {
+  if (power_of_two <= 0) return;
+  std::uniform_real_distribution<double> u(0, 1);
+  for (size_t p = 0; p < params.size(); ++p) {
+    const std::vector<int> ladder = PowerOfTwoPositions(params[p]);
+    if (!IsSizeKnob(params[p], ladder) || u(rng) >= power_of_two) continue;
+    std::uniform_int_distribution<size_t> rung(0, ladder.size() - 1);
+    positions[p] = ladder[rung(rng)];
+  }
 }
 
 // The parent's value positions, and which knobs have more than one value to move between.
@@ -145,6 +167,7 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& spac
   if (!idx.has_value() || tunable.size() < 2) return std::nullopt;
   const auto& params = space.params();
   std::uniform_int_distribution<int> how_many(2, std::min<int>(4, static_cast<int>(tunable.size())));
+  std::uniform_real_distribution<double> u(0, 1);
   std::string hash;
   for (int t = 0; t < 64; ++t) {
     std::vector<int> next = *idx;
@@ -152,8 +175,14 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& spac
     std::shuffle(order.begin(), order.end(), rng);
     const int k = how_many(rng);
     for (int c = 0; c < k; ++c) {
-      std::uniform_int_distribution<int> v(0, params[order[c]].values_size() - 1);
+      const v1::Param& param = params[order[c]];
+      std::uniform_int_distribution<int> v(0, param.values_size() - 1);
       next[order[c]] = v(rng);
+      const std::vector<int> ladder = PowerOfTwoPositions(param);
+      if (IsSizeKnob(param, ladder) && u(rng) < options_.power_of_two_jumps) {
+        std::uniform_int_distribution<size_t> rung(0, ladder.size() - 1);
+        next[order[c]] = ladder[rung(rng)];
+      }
     }
     ParamAssignment a = space.FromIndices(next);
     if (Acceptable(space, parent, a, seen, &hash)) return a;
@@ -161,13 +190,23 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& spac
   return std::nullopt;
 }
 
-std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space, const v1::Candidate& parent,
-                                                        const SeenFn& seen, std::mt19937_64& rng) const {
+std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space,
+                                                        const v1::Candidate& parent,
+                                                        const SeenFn& seen, double power_of_two,
+                                                        std::mt19937_64& rng) const {
   const int64_t total = space.TotalAssignments();
   std::uniform_int_distribution<int64_t> pick(0, total - 1);
   std::string hash;
   for (int t = 0; t < 256; ++t) {
     ParamAssignment a = space.Decode(pick(rng));
+    // Only the first draws lean to powers of two: once those are used up (a wide global draw in a
+    // space with few of them), plain draws find unseen points as fast as before.
+    if (t < kPowerOfTwoResetTries && power_of_two > 0) {
+      if (auto idx = space.ValueIndices(a); idx.has_value()) {
+        TowardPowersOfTwo(space.params(), power_of_two, *idx, rng);
+        a = space.FromIndices(*idx);
+      }
+    }
     if (Acceptable(space, parent, a, seen, &hash)) return a;
   }
   // Dense scan from a random offset: finds an unseen valid point whenever one exists.
@@ -216,18 +255,20 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
       child = Perturb(space, p1, seen_all, rng);
       note = "perturbation";
     }
-    const bool explore = req.strategy() == "explore";
+    const bool global = req.strategy() == "global";
+    const bool explore = req.strategy() == "explore" || global;
     const bool exploit = req.strategy() == "exploit";
     if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
-      child = Reset(space, p1, seen_all, rng);
-      note = "random reset";
+      child = Reset(space, p1, seen_all,
+                    global ? options_.power_of_two_jumps : options_.power_of_two_resets, rng);
+      note = global ? "global draw" : "random reset";
     }
     if (!child) {
       child = Neighbour(space, p1, seen_all, rng);
       note = "neighbour";
     }
     if (!child) {
-      child = Reset(space, p1, seen_all, rng);
+      child = Reset(space, p1, seen_all, options_.power_of_two_resets, rng);
       note = "random reset (no unseen neighbour)";
     }
     if (!child) {

@@ -5,10 +5,12 @@
 //
 // Moves: a neighbour move (one to three knobs stepped along their declared, ordered values by k
 // positions, P(k) ~ 1/k up to a third of the knob's range; a size-like knob at a power of two
-// often steps along its powers of two instead), a random reset (a uniformly drawn valid
-// assignment), and uniform crossover of two parents. A child is only emitted when it is valid and
-// unseen; while unseen valid neighbours of the parent remain, one of them is proposed before
-// anything farther away.
+// often steps along its powers of two instead), a random reset (a drawn valid assignment, size
+// knobs leaning to their powers of two), and uniform crossover of two parents. A child is only
+// emitted when it is valid and unseen; while unseen valid neighbours of the parent remain, one of
+// them is proposed before anything farther away. Strategies (MutateRequest.strategy): "explore"
+// asks for resets, "global" for a wide sample of resets to screen, "perturb" for a jump of two to
+// four knobs, "exploit" for neighbours only.
 
 #include <map>
 #include <memory>
@@ -31,6 +33,14 @@ struct ParametricOptions {
   // transactions, banks), and good values are often 32 and 128 with 48..112 poor in between.
   // Measured in bench/README.md.
   double power_of_two_moves = 0.6;
+  // The same prior for random draws: the chance that a size knob (one with kMinPowerOfTwoLadder
+  // or more powers of two among other values) takes one of its powers of two, drawn uniformly,
+  // rather than any of its values. Jumps (perturbations and global draws, which a stalled search
+  // makes) always do; resets (the warm-up's spread-out start, the occasional reset) half the time,
+  // so that a space whose best values are not powers of two is still sampled evenly. Measured in
+  // bench/README.md.
+  double power_of_two_jumps = 1.0;
+  double power_of_two_resets = 0.5;
   int64_t max_scan = 1 << 22;        // the largest space scanned exhaustively for unseen points
 };
 
@@ -54,7 +64,9 @@ class ParametricMutator final : public Mutator {
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
                                          std::mt19937_64& rng) const;
-  std::optional<ParamAssignment> Reset(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
+  // A uniformly drawn valid assignment, size knobs at a power of two with `power_of_two` chance.
+  std::optional<ParamAssignment> Reset(const ParamSpace& space, const v1::Candidate& parent,
+                                       const SeenFn& seen, double power_of_two,
                                        std::mt19937_64& rng) const;
 
   ParametricOptions options_;

@@ -5,6 +5,7 @@
 #include "services/llm-proxy/parametric_mutator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -214,7 +215,7 @@ int CheckScenario(const Fixture& f, ParametricMutator& mutator, std::mt19937_64&
   }
   static constexpr int kCounts[] = {1, 1, 2, 3, 5};
   const int count = kCounts[rng() % std::size(kCounts)];
-  static const char* const kStrategies[] = {"", "explore", "exploit"};
+  static const char* const kStrategies[] = {"", "explore", "exploit", "perturb", "global"};
   const std::string strategy = kStrategies[rng() % std::size(kStrategies)];
   const uint64_t seed = rng();
 
@@ -456,6 +457,79 @@ TEST(ParametricMutatorTest, SizeKnobsAtAPowerOfTwoStepAlongTheirPowersOfTwo) {
     }
     EXPECT_GT(tile_seen[3], 0) << "chance " << chance;
   }
+}
+
+// A space with one size knob (BX: 16 values, five of them powers of two) and a small tile.
+Fixture SizesFixture() {
+  std::vector<int64_t> bx;
+  for (int64_t v = 16; v <= 256; v += 16) bx.push_back(v);
+  return Fixture::Make(MakeProblem("sizes", {{"BX", bx}, {"TILE", {1, 2, 3, 4}}}, {}));
+}
+
+// The share of 400 single-child draws under `strategy` whose BX is a power of two.
+double PowerOfTwoShare(const Fixture& f, ParametricMutator& mutator, const std::string& strategy,
+                       std::set<int64_t>* values = nullptr) {
+  const v1::Candidate parent = f.Parent({{"BX", 64}, {"TILE", 2}}, "p");
+  const std::set<std::string> seen = {parent.content_hash()};
+  int powers = 0;
+  constexpr int kDraws = 400;
+  for (uint64_t seed = 0; seed < kDraws; ++seed) {
+    auto resp = mutator.Mutate(Request(f.problem, {parent}, seed, 1, strategy), SeenIn(seen));
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok() || resp->children_size() != 1) return -1;
+    const int64_t bx = ParamsOf(resp->children(0)).at("BX");
+    if (std::has_single_bit(static_cast<uint64_t>(bx))) ++powers;
+    if (values != nullptr) values->insert(bx);
+  }
+  return static_cast<double>(powers) / kDraws;
+}
+
+TEST(ParametricMutatorTest, RandomDrawsFavourTheSizeKnobsPowersOfTwo) {
+  const Fixture f = SizesFixture();
+  ParametricMutator mutator;
+  // Jumps always take a power of two; resets half the time, else any of the 16 values (5 of
+  // which are powers of two): 0.5 + 0.5 * 5/16 = 0.66 expected.
+  EXPECT_EQ(PowerOfTwoShare(f, mutator, "global"), 1.0);
+  EXPECT_EQ(PowerOfTwoShare(f, mutator, "perturb"), 1.0);
+  std::set<int64_t> reset_values;
+  const double reset_share = PowerOfTwoShare(f, mutator, "explore", &reset_values);
+  EXPECT_GT(reset_share, 0.56);
+  EXPECT_LT(reset_share, 0.76);
+  EXPECT_EQ(reset_values.size(), 16u) << "resets still reach every value";
+
+  // Without the prior, draws are uniform: 5/16 = 0.31 expected.
+  ParametricMutator plain({.power_of_two_jumps = 0, .power_of_two_resets = 0});
+  for (const char* strategy : {"global", "perturb", "explore"}) {
+    const double share = PowerOfTwoShare(f, plain, strategy);
+    EXPECT_GT(share, 0.2) << strategy;
+    EXPECT_LT(share, 0.42) << strategy;
+  }
+}
+
+TEST(ParametricMutatorTest, AGlobalDrawGoesOnOnceThePowersOfTwoAreUsedUp) {
+  const Fixture f = SizesFixture();
+  std::set<std::string> seen;
+  int left = 0;
+  for (const auto& [a, h] : f.hash) {
+    if (std::has_single_bit(static_cast<uint64_t>(a.at("BX")))) {
+      seen.insert(h);
+    } else {
+      ++left;
+    }
+  }
+  const v1::Candidate parent = f.Parent({{"BX", 64}, {"TILE", 2}}, "p");
+  ParametricMutator mutator;
+  auto resp = mutator.Mutate(Request(f.problem, {parent}, 7, left + 5, "global"), SeenIn(seen));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  // Every unseen point, none twice, and then the space is reported used up.
+  EXPECT_EQ(resp->children_size(), left);
+  std::set<ParamAssignment> distinct;
+  for (const auto& c : resp->children()) {
+    EXPECT_FALSE(std::has_single_bit(static_cast<uint64_t>(ParamsOf(c).at("BX"))));
+    distinct.insert(ParamsOf(c));
+  }
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(left));
+  EXPECT_THAT(resp->message(), HasSubstr("exhausted"));
 }
 
 TEST(ParametricMutatorTest, ExploitChangesAtMostThreeKnobs) {
