@@ -22,7 +22,9 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
 
 namespace {
 
-// Reset draws that lean to powers of two before plain ones take over.
+// Reset draws that lean to powers of two before plain ones take over. That many in a row fail
+// (invalid or seen) only once the powers of two are used up, never by chance alone (each valid
+// draw is unseen with fair odds), so the rest of the call then draws plainly.
 constexpr int kPowerOfTwoResetTries = 64;
 
 // The positions of a knob's power-of-two values, in declared order.
@@ -192,18 +194,21 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& spac
 
 std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space,
                                                         const v1::Candidate& parent,
-                                                        const SeenFn& seen, double power_of_two,
+                                                        const SeenFn& seen, double* power_of_two,
                                                         std::mt19937_64& rng) const {
   const int64_t total = space.TotalAssignments();
   std::uniform_int_distribution<int64_t> pick(0, total - 1);
   std::string hash;
   for (int t = 0; t < 256; ++t) {
     ParamAssignment a = space.Decode(pick(rng));
-    // Only the first draws lean to powers of two: once those are used up (a wide global draw in a
-    // space with few of them), plain draws find unseen points as fast as before.
-    if (t < kPowerOfTwoResetTries && power_of_two > 0) {
-      if (auto idx = space.ValueIndices(a); idx.has_value()) {
-        TowardPowersOfTwo(space.params(), power_of_two, *idx, rng);
+    // Only the first draws lean to powers of two. When they find nothing unseen, the powers of two
+    // are used up (a wide global draw in a space with few of them): the rest of the call draws
+    // plainly, at the cost it had before.
+    if (*power_of_two > 0) {
+      if (t == kPowerOfTwoResetTries) {
+        *power_of_two = 0;
+      } else if (auto idx = space.ValueIndices(a); idx.has_value()) {
+        TowardPowersOfTwo(space.params(), *power_of_two, *idx, rng);
         a = space.FromIndices(*idx);
       }
     }
@@ -232,6 +237,9 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
   std::set<std::string> local;
   SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
   const int count = std::max(1, req.count());
+  // Lowered to 0 by Reset once a call has used up the powers of two.
+  double jump_bias = options_.power_of_two_jumps;
+  double reset_bias = options_.power_of_two_resets;
   for (int i = 0; i < count; ++i) {
     const v1::Candidate& p1 = req.parents(0).candidate();
     std::optional<ParamAssignment> child;
@@ -259,8 +267,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
     const bool explore = req.strategy() == "explore" || global;
     const bool exploit = req.strategy() == "exploit";
     if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
-      child = Reset(space, p1, seen_all,
-                    global ? options_.power_of_two_jumps : options_.power_of_two_resets, rng);
+      child = Reset(space, p1, seen_all, global ? &jump_bias : &reset_bias, rng);
       note = global ? "global draw" : "random reset";
     }
     if (!child) {
@@ -268,7 +275,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
       note = "neighbour";
     }
     if (!child) {
-      child = Reset(space, p1, seen_all, options_.power_of_two_resets, rng);
+      child = Reset(space, p1, seen_all, &reset_bias, rng);
       note = "random reset (no unseen neighbour)";
     }
     if (!child) {

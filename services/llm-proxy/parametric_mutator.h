@@ -64,9 +64,10 @@ class ParametricMutator final : public Mutator {
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
                                          std::mt19937_64& rng) const;
-  // A uniformly drawn valid assignment, size knobs at a power of two with `power_of_two` chance.
+  // A uniformly drawn valid assignment, size knobs at a power of two with `*power_of_two` chance;
+  // sets it to 0 when the first few such draws find nothing unseen (the powers of two are used up).
   std::optional<ParamAssignment> Reset(const ParamSpace& space, const v1::Candidate& parent,
-                                       const SeenFn& seen, double power_of_two,
+                                       const SeenFn& seen, double* power_of_two,
                                        std::mt19937_64& rng) const;
 
   ParametricOptions options_;
