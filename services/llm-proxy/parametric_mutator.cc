@@ -23,8 +23,8 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
 namespace {
 
 // Reset draws that lean to powers of two before plain ones take over. That many in a row fail
-// (invalid or seen) only once the powers of two are used up, never by chance alone (each valid
-// draw is unseen with fair odds), so the rest of the call then draws plainly.
+// (invalid or seen) mostly when the powers of two are used up; the rest of the call then draws
+// plainly. A tightly constrained space may trip it by chance, which costs only the prior.
 constexpr int kPowerOfTwoResetTries = 64;
 
 // The positions of a knob's power-of-two values, in declared order.
