@@ -43,17 +43,14 @@ bool IsSizeKnob(const v1::Param& param, const std::vector<int>& ladder) {
          static_cast<int>(ladder.size()) < param.values_size();
 }
 
-// With chance `power_of_two`, a size knob's position is replaced by one of its powers of two.
-void TowardPowersOfTwo(const std::vector<v1::Param>& params, double power_of_two,
-                       std::vector<int>& positions, std::mt19937_64& rng) {
-  if (power_of_two <= 0) return;
+// With chance `power_of_two`, a size knob's position becomes one of its powers of two, drawn
+// uniformly.
+void TowardPowerOfTwo(const v1::Param& param, const std::vector<int>& ladder, double power_of_two,
+                      int* position, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0, 1);
-  for (size_t p = 0; p < params.size(); ++p) {
-    const std::vector<int> ladder = PowerOfTwoPositions(params[p]);
-    if (!IsSizeKnob(params[p], ladder) || u(rng) >= power_of_two) continue;
-    std::uniform_int_distribution<size_t> rung(0, ladder.size() - 1);
-    positions[p] = ladder[rung(rng)];
-  }
+  if (!IsSizeKnob(param, ladder) || u(rng) >= power_of_two) return;
+  std::uniform_int_distribution<size_t> rung(0, ladder.size() - 1);
+  *position = ladder[rung(rng)];
 }
 
 // The parent's value positions, and which knobs have more than one value to move between.
@@ -68,7 +65,8 @@ std::optional<std::vector<int>> Position(const ParamSpace& space, const v1::Cand
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const ParamSpace>> ParametricMutator::SpaceFor(const v1::Problem& problem) {
+absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutator::SpaceFor(
+    const v1::Problem& problem) {
   // A problem without a content hash (a client that never set it) is keyed by its computed one:
   // keying by "" would hand every such problem the first one's space.
   const std::string key = problem.content_hash().empty() ? HashProblem(problem) : problem.content_hash();
@@ -77,7 +75,9 @@ absl::StatusOr<std::shared_ptr<const ParamSpace>> ParametricMutator::SpaceFor(co
   if (it != spaces_.end()) return it->second;
   auto space = ParamSpace::Create(problem);
   if (!space.ok()) return space.status();
-  auto shared = std::make_shared<const ParamSpace>(*std::move(space));
+  std::vector<std::vector<int>> ladders;
+  for (const v1::Param& p : space->params()) ladders.push_back(PowerOfTwoPositions(p));
+  auto shared = std::make_shared<const Space>(Space{*std::move(space), std::move(ladders)});
   spaces_[key] = shared;
   return shared;
 }
@@ -94,8 +94,11 @@ bool ParametricMutator::Acceptable(const ParamSpace& space, const v1::Candidate&
   return !seen(*hash);
 }
 
-std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& space, const v1::Candidate& parent,
-                                                            const SeenFn& seen, std::mt19937_64& rng) const {
+std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
+                                                            const v1::Candidate& parent,
+                                                            const SeenFn& seen,
+                                                            std::mt19937_64& rng) const {
+  const ParamSpace& space = s.space;
   std::vector<int> tunable;
   auto idx = Position(space, parent, &tunable);
   if (!idx.has_value() || tunable.empty()) return std::nullopt;
@@ -125,7 +128,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
           break;
         }
       }
-      const std::vector<int> ladder = PowerOfTwoPositions(params[p]);
+      const std::vector<int>& ladder = s.ladders[p];
       const auto rung = std::find(ladder.begin(), ladder.end(), next[p]);
       if (static_cast<int>(ladder.size()) >= kMinPowerOfTwoLadder && rung != ladder.end() &&
           u(rng) < options_.power_of_two_moves) {
@@ -146,8 +149,8 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
   for (int dist = 1; dist < max_n; ++dist) {
     std::vector<std::pair<int, int>> moves;
     for (int p : tunable) {
-      for (int s : {-dist, dist}) {
-        const int v = (*idx)[p] + s;
+      for (int delta : {-dist, dist}) {
+        const int v = (*idx)[p] + delta;
         if (v >= 0 && v < params[p].values_size()) moves.emplace_back(p, v);
       }
     }
@@ -162,14 +165,17 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const ParamSpace& sp
   return std::nullopt;
 }
 
-std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& space, const v1::Candidate& parent,
-                                                          const SeenFn& seen, std::mt19937_64& rng) const {
+std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
+                                                          const v1::Candidate& parent,
+                                                          const SeenFn& seen,
+                                                          std::mt19937_64& rng) const {
+  const ParamSpace& space = s.space;
   std::vector<int> tunable;
   auto idx = Position(space, parent, &tunable);
   if (!idx.has_value() || tunable.size() < 2) return std::nullopt;
   const auto& params = space.params();
-  std::uniform_int_distribution<int> how_many(2, std::min<int>(4, static_cast<int>(tunable.size())));
-  std::uniform_real_distribution<double> u(0, 1);
+  std::uniform_int_distribution<int> how_many(2,
+                                              std::min<int>(4, static_cast<int>(tunable.size())));
   std::string hash;
   for (int t = 0; t < 64; ++t) {
     std::vector<int> next = *idx;
@@ -177,14 +183,10 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& spac
     std::shuffle(order.begin(), order.end(), rng);
     const int k = how_many(rng);
     for (int c = 0; c < k; ++c) {
-      const v1::Param& param = params[order[c]];
-      std::uniform_int_distribution<int> v(0, param.values_size() - 1);
-      next[order[c]] = v(rng);
-      const std::vector<int> ladder = PowerOfTwoPositions(param);
-      if (IsSizeKnob(param, ladder) && u(rng) < options_.power_of_two_jumps) {
-        std::uniform_int_distribution<size_t> rung(0, ladder.size() - 1);
-        next[order[c]] = ladder[rung(rng)];
-      }
+      const int p = order[c];
+      std::uniform_int_distribution<int> v(0, params[p].values_size() - 1);
+      next[p] = v(rng);
+      TowardPowerOfTwo(params[p], s.ladders[p], options_.power_of_two_jumps, &next[p], rng);
     }
     ParamAssignment a = space.FromIndices(next);
     if (Acceptable(space, parent, a, seen, &hash)) return a;
@@ -192,10 +194,10 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const ParamSpace& spac
   return std::nullopt;
 }
 
-std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space,
-                                                        const v1::Candidate& parent,
+std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1::Candidate& parent,
                                                         const SeenFn& seen, double* power_of_two,
                                                         std::mt19937_64& rng) const {
+  const ParamSpace& space = s.space;
   const int64_t total = space.TotalAssignments();
   std::uniform_int_distribution<int64_t> pick(0, total - 1);
   std::string hash;
@@ -208,7 +210,9 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const ParamSpace& space,
       if (t == kPowerOfTwoResetTries) {
         *power_of_two = 0;
       } else if (auto idx = space.ValueIndices(a); idx.has_value()) {
-        TowardPowersOfTwo(space.params(), *power_of_two, *idx, rng);
+        for (size_t p = 0; p < idx->size(); ++p) {
+          TowardPowerOfTwo(space.params()[p], s.ladders[p], *power_of_two, &(*idx)[p], rng);
+        }
         a = space.FromIndices(*idx);
       }
     }
@@ -229,7 +233,8 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
   if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
   auto space_or = SpaceFor(req.problem());
   if (!space_or.ok()) return space_or.status();
-  const ParamSpace& space = **space_or;
+  const Space& s = **space_or;
+  const ParamSpace& space = s.space;
   std::mt19937_64 rng(req.seed());
   std::uniform_real_distribution<double> u(0, 1);
   v1::MutateResponse resp;
@@ -260,22 +265,22 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
       note = "crossover";
     }
     if (!child && req.strategy() == "perturb") {
-      child = Perturb(space, p1, seen_all, rng);
+      child = Perturb(s, p1, seen_all, rng);
       note = "perturbation";
     }
     const bool global = req.strategy() == "global";
     const bool explore = req.strategy() == "explore" || global;
     const bool exploit = req.strategy() == "exploit";
     if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
-      child = Reset(space, p1, seen_all, global ? &jump_bias : &reset_bias, rng);
+      child = Reset(s, p1, seen_all, global ? &jump_bias : &reset_bias, rng);
       note = global ? "global draw" : "random reset";
     }
     if (!child) {
-      child = Neighbour(space, p1, seen_all, rng);
+      child = Neighbour(s, p1, seen_all, rng);
       note = "neighbour";
     }
     if (!child) {
-      child = Reset(space, p1, seen_all, &reset_bias, rng);
+      child = Reset(s, p1, seen_all, &reset_bias, rng);
       note = "random reset (no unseen neighbour)";
     }
     if (!child) {

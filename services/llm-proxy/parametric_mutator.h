@@ -56,24 +56,30 @@ class ParametricMutator final : public Mutator {
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
 
  private:
-  absl::StatusOr<std::shared_ptr<const ParamSpace>> SpaceFor(const v1::Problem& problem);
+  // A problem's space, with each knob's power-of-two positions (in declared order) worked out once:
+  // the moves and draws consult them for every knob they touch.
+  struct Space {
+    ParamSpace space;
+    std::vector<std::vector<int>> ladders;
+  };
+  absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::Problem& problem);
   bool Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
                   const SeenFn& seen, std::string* hash) const;
-  std::optional<ParamAssignment> Neighbour(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
-                                           std::mt19937_64& rng) const;
+  std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
+                                           const SeenFn& seen, std::mt19937_64& rng) const;
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
-  std::optional<ParamAssignment> Perturb(const ParamSpace& space, const v1::Candidate& parent, const SeenFn& seen,
-                                         std::mt19937_64& rng) const;
+  std::optional<ParamAssignment> Perturb(const Space& s, const v1::Candidate& parent,
+                                         const SeenFn& seen, std::mt19937_64& rng) const;
   // A uniformly drawn valid assignment, size knobs at a power of two with `*power_of_two` chance;
   // sets it to 0 when the first few such draws find nothing unseen (the powers of two are used up).
-  std::optional<ParamAssignment> Reset(const ParamSpace& space, const v1::Candidate& parent,
+  std::optional<ParamAssignment> Reset(const Space& s, const v1::Candidate& parent,
                                        const SeenFn& seen, double* power_of_two,
                                        std::mt19937_64& rng) const;
 
   ParametricOptions options_;
   ValidityFn validity_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const ParamSpace>> spaces_;  // by problem hash
+  std::map<std::string, std::shared_ptr<const Space>> spaces_;  // by problem hash
 };
 
 // Builds the child candidate of `parent` with other params (source and plan unchanged).
