@@ -182,19 +182,29 @@ int main(int argc, char** argv) {
     });
     for (int64_t budget : budgets) {
       double sum_q = 0, sum_r = 0, min_q = 1e9, evals = 0, secs = 0;
+      std::vector<double> per_seed, random_per_seed;  // for --json: the spread behind the means
       for (int s = 1; s <= seeds; ++s) {
         RunOutcome r = RunEngine(*problem, *cache, optimum, budget, static_cast<uint64_t>(s), evaluator, clock, log);
         sum_q += r.quality;
         min_q = std::min(min_q, r.quality);
         evals += static_cast<double>(r.evaluations);
         secs += r.seconds;
-        sum_r += RunRandom(valid, optimum, budget, static_cast<uint64_t>(s));
+        per_seed.push_back(r.quality);
+        random_per_seed.push_back(RunRandom(valid, optimum, budget, static_cast<uint64_t>(s)));
+        sum_r += random_per_seed.back();
       }
       const double q = sum_q / seeds, rq = sum_r / seeds;
       if (budget == 100 && q < 0.90) all_goal = false;
       if (json) {
-        out.push_back({{"file", path}, {"budget", budget}, {"quality", q}, {"random_quality", rq},
-                       {"min_quality", min_q}, {"evaluations_per_second", evals / secs}, {"seeds", seeds}});
+        out.push_back({{"file", path},
+                       {"budget", budget},
+                       {"quality", q},
+                       {"random_quality", rq},
+                       {"min_quality", min_q},
+                       {"evaluations_per_second", evals / secs},
+                       {"seeds", seeds},
+                       {"qualities", per_seed},
+                       {"random_qualities", random_per_seed}});
       } else {
         std::cout << absl::StrFormat("| %s | %d | %.3f | %.3f | %.3f | %.0f |\n", problem->name(), budget, q, rq, min_q,
                                      evals / secs)

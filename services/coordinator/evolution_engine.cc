@@ -15,6 +15,7 @@ EngineOptions OptionsFromConfig(const v1::EvolutionConfig& c, const v1::Budget& 
   if (c.explore_ratio() > 0) o.explore_ratio = c.explore_ratio();
   if (c.warmup_explore() > 0) o.warmup_explore = c.warmup_explore();
   if (c.crossover_ratio() > 0) o.crossover_ratio = c.crossover_ratio();
+  if (c.screen_children() == 1) o.global_ratio = 0;
   o.budget = budget.max_candidates();
   return o;
 }
@@ -121,13 +122,20 @@ Selection EvolutionEngine::Select(int64_t sequence) {
   }
   // Stagnation: after many evaluations without improvement, every third proposal explores.
   const bool stuck = since_improvement_ >= 12 && sequence % 3 == 0;
+  // Its own stream, so that the other choices do not depend on the global ratio.
+  std::mt19937_64 global_rng(MutationSeed(sequence) ^ 0x5bd1e995ULL);
   if (sequence <= opts_.warmup_explore) {
     s.parents.push_back(is.elites.front());
     s.strategy = "explore";
+  } else if (best_ != nullptr && u(global_rng) < opts_.global_ratio) {
+    // The needle optima of real tuning spaces sit in regions that local search from the first
+    // basins rarely reaches; a screened sample of the whole space does (bench/README.md).
+    s.parents.push_back(best_);
+    s.strategy = "global";
   } else if (stuck) {
-    // Jump from the island's best to a nearby basin; alternate with a fully random point.
+    // Jump from the island's best to a nearby basin; alternate with a sample of the whole space.
     s.parents.push_back(is.elites.front());
-    s.strategy = (sequence / 3) % 2 == 0 ? "perturb" : "explore";
+    s.strategy = (sequence / 3) % 2 == 0 ? "perturb" : "global";
     s.stalled = true;
   } else {
     const double r = u(rng);

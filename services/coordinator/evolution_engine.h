@@ -30,6 +30,10 @@ struct EngineOptions {
   int elites = 6;               // per island
   int grid_bins = 6;            // per feature dimension
   int warmup_explore = 0;       // first proposals ask for distant children (0 = auto)
+  // After the warm-up, this share of proposals are global draws from the global best: a sample
+  // of the whole space for the screener to pick from (0 without screening, where a global draw
+  // would be one random point).
+  double global_ratio = 0.15;
   int64_t budget = 0;           // max evaluations, for the auto warm-up size
 };
 
@@ -45,8 +49,10 @@ struct Selection {
   int island = 0;
   std::vector<const Member*> parents;       // one, or two for crossover
   std::vector<const Member*> inspirations;  // top and diverse
-  std::string strategy;                     // hint for the mutator: "explore", "exploit" or ""
-  bool stalled = false;                     // chosen because the search stopped improving
+  // Hint for the mutator: "explore", "exploit", "perturb", "global" (a sample of the whole
+  // space to screen) or "".
+  std::string strategy;
+  bool stalled = false;  // chosen because the search stopped improving
 };
 
 class EvolutionEngine {

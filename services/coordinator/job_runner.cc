@@ -23,11 +23,11 @@ namespace {
 constexpr int kMaxScreenChildren = 256;
 int ScreenChildren(const v1::EvolutionConfig& c) { return c.screen_children() > 0 ? c.screen_children() : 16; }
 
-// A stalled search's exploration is a global draw when screening is on: the mutator offers a wide
-// random sample (32 per screened child, at most kMaxGlobalDraws) and the screener picks from the
-// whole space. Local search settles in whichever basin it reaches first, and a few random points
-// rarely land in the region of a narrow optimum; a model of the whole job's timings does better
-// (bench/README.md).
+// A global draw (a share of the proposals, and a stalled search's explorations) when screening is
+// on: the mutator offers a wide random sample (32 per screened child, at most kMaxGlobalDraws) and
+// the screener picks from the whole space. Local search settles in whichever basin it reaches
+// first, and a few random points rarely land in the region of a narrow optimum; a model of the
+// whole job's timings does better (bench/README.md).
 constexpr int kMaxGlobalDraws = 512;
 // Each child carries its kernel source: a global draw's reply stays well under gRPC's 4 MiB
 // default message limit when the mutator is the remote proxy.
@@ -204,11 +204,14 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       req.set_seed(engine.MutationSeed(seq));
       // A model-backed mutator answers with one child whatever the count (and reads no
       // strategy); the parametric one offers several, and the screener picks.
-      const bool global = screen_children > 1 && sel.stalled && sel.strategy == "explore";
-      // A stalled selection always has the island's best as its parent.
-      req.set_count(global ? GlobalDrawCount(screen_children, sel.parents.front()->candidate.source().size())
-                           : screen_children);
-      req.set_strategy(global ? "global" : sel.strategy);
+      // A global draw always has a parent (the island's or the job's best). Without screening
+      // it is one random point: an exploration.
+      const bool global = sel.strategy == "global";
+      req.set_count(
+          global && screen_children > 1
+              ? GlobalDrawCount(screen_children, sel.parents.front()->candidate.source().size())
+              : screen_children);
+      req.set_strategy(global && screen_children == 1 ? "explore" : sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);
       }

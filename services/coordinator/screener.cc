@@ -130,7 +130,8 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   }
   const bool global = scope == ScreenScope::kGlobal;
   Surrogate model(cardinality_, alignment_span_,
-                  {.max_points = options_.max_points, .fixed_shape = global ? Surrogate::kHammingShape : h.shape});
+                  {.max_points = options_.max_points,
+                   .fixed_shape = global ? Surrogate::kGlobalDrawShape : h.shape});
   if (!model.Fit(h.points, objective).ok()) return 0;
 
   std::mt19937_64 rng(seed ^ 0x2545f4914f6cdd1dULL);

@@ -22,9 +22,11 @@ namespace kforge::coordinator {
 
 // What the children on offer are. Local: a handful of moves around a parent, ranked by a model
 // whose kernel shape fits the variant's history best (fine detail near the search). Global: a
-// wide random sample of the whole space, ranked by a plain "how many knobs differ" kernel with
-// milder noise: the question there is which region deserves a visit, and the shape that fits
-// local detail best generalises poorly across the space (measured in bench/README.md).
+// wide random sample of the whole space, ranked by a plain "how many knobs differ" kernel plus a
+// linear trend per knob (Surrogate::kGlobalDrawShape), with milder noise: the question there is
+// which region deserves a visit, the shape that fits local detail best generalises poorly across
+// the space, and only the trend says anything about values far from the data (measured in
+// bench/README.md).
 enum class ScreenScope { kLocal, kGlobal };
 
 // A known cost of a child (lower is better; nullopt: unknown, or it would fail). With one, the

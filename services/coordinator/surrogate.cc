@@ -23,6 +23,13 @@ static_assert(Surrogate::kHammingShape < static_cast<int>(std::size(kShapes)) &&
                   kShapes[Surrogate::kHammingShape].categorical == 1 && kShapes[Surrogate::kHammingShape].ordinal == 0 &&
                   kExtraWeights[0] == 0,
               "kHammingShape must name the plain categorical shape without derived features");
+constexpr int kSearchedShapes = static_cast<int>(std::size(kShapes) * std::size(kExtraWeights) * 2);
+static_assert(Surrogate::kGlobalDrawShape == kSearchedShapes,
+              "kGlobalDrawShape follows the searched shapes");
+
+// The global-draw shape's trend weight. A unit Hamming part plus this much linear trend per knob;
+// measured against 2, 4 and 16 in bench/README.md.
+constexpr double kGlobalDrawTrend = 8;
 
 // In-place Cholesky of a row-major n x n matrix (lower triangle); false if not positive definite.
 bool Cholesky(std::vector<double>& a, size_t n) {
@@ -61,11 +68,10 @@ void BackwardSolve(const std::vector<double>& l, size_t n, std::vector<double>& 
 
 }  // namespace
 
-int Surrogate::ShapeCount() {
-  return static_cast<int>(std::size(kShapes) * std::size(kExtraWeights) * 2);
-}
+int Surrogate::ShapeCount() { return kSearchedShapes; }
 
 Surrogate::Shape Surrogate::ShapeAt(int index) {
+  if (index == kGlobalDrawShape) return {.categorical = 1, .trend = kGlobalDrawTrend};
   const int per_weighting = static_cast<int>(std::size(kShapes) * std::size(kExtraWeights));
   const ShapeSpec& spec = kShapes[index % std::size(kShapes)];
   return {spec.categorical, spec.ordinal, kExtraWeights[(index % per_weighting) / std::size(kShapes)],
@@ -99,8 +105,18 @@ double Surrogate::Kernel(const std::vector<int>& a, const std::vector<int>& b, c
   }
   double extra = 0;
   for (const auto& [i, span] : extra_) extra += std::abs(a[i] - b[i]) / span;
-  return std::exp(-(s.categorical * differ + s.ordinal * distance + s.extra * extra) /
-                  static_cast<double>(active_.size()));
+  const double d = static_cast<double>(active_.size());
+  double trend = 0;
+  if (s.trend > 0) {
+    // A dot product of the positions, centred on each knob's range: a linear model per knob
+    // under the similarity part.
+    for (size_t i = 0; i < active_.size(); ++i) {
+      const int p = active_[i];
+      trend += (a[p] / span_[i] - 0.5) * (b[p] / span_[i] - 0.5);
+    }
+    trend *= s.trend / d;
+  }
+  return trend + std::exp(-(s.categorical * differ + s.ordinal * distance + s.extra * extra) / d);
 }
 
 double Surrogate::FitShape(const Shape& shape, std::vector<double>* chol, std::vector<double>* alpha) const {
@@ -170,8 +186,13 @@ absl::Status Surrogate::Fit(const std::vector<std::vector<int>>& points, const s
   EstimateRelevance();
   double best = -std::numeric_limits<double>::infinity();
   std::vector<double> chol, alpha;
-  for (int index = 0; index < ShapeCount(); ++index) {
-    if (options_.fixed_shape >= 0 && index != options_.fixed_shape) continue;
+  const bool fixed = options_.fixed_shape >= 0;
+  if (fixed && options_.fixed_shape > kGlobalDrawShape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("surrogate: no kernel shape ", options_.fixed_shape));
+  }
+  for (int index = fixed ? options_.fixed_shape : 0;
+       index < (fixed ? options_.fixed_shape + 1 : ShapeCount()); ++index) {
     const Shape s = ShapeAt(index);
     if (s.extra > 0 && extra_.empty()) continue;
     const double lml = FitShape(s, &chol, &alpha);
@@ -226,7 +247,7 @@ Surrogate::Prediction Surrogate::Predict(const std::vector<int>& point) const {
   ForwardSolve(chol_, n, k);
   double explained = 0;
   for (double v : k) explained += v * v;
-  const double var = std::max(1e-12, 1.0 - explained);
+  const double var = std::max(1e-12, Kernel(point, point, shape_) - explained);
   return {y_mean_ + y_scale_ * mean, y_scale_ * std::sqrt(var)};
 }
 

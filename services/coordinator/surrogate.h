@@ -6,9 +6,10 @@
 //
 // Points are knob value positions (indices into each knob's declared values). The kernel mixes a
 // categorical part (how many knobs differ) with an ordinal part (how far apart the positions
-// are): tuning spaces have both kinds of knobs (a flag, a tile size), and which part explains a
-// space best differs per kernel and device, so each fit picks the shape with the highest
-// marginal likelihood from a small fixed set. Targets are log run times, standardised.
+// are), and for global draws a linear trend: tuning spaces have both kinds of knobs (a flag, a tile
+// size), and which part explains a space best differs per kernel and device, so each fit picks the
+// shape with the highest marginal likelihood from a small fixed set. Targets are log run times,
+// standardised.
 
 #include <cstdint>
 #include <vector>
@@ -48,6 +49,11 @@ class Surrogate {
   static int ShapeCount();
   // The shape that counts differing knobs only, at unit width: no ordinal or derived part.
   static constexpr int kHammingShape = 1;
+  // Never chosen by a fit, only fixed: the Hamming shape plus a linear trend per knob, for global
+  // draws. The similarity parts revert to the mean away from the data; the trend extrapolates
+  // along a knob (larger tiles were faster, so the largest, unseen, may be fastest), which is
+  // what ranks a sample of the whole space usefully.
+  static constexpr int kGlobalDrawShape = 24;
 
  private:
   struct Shape {
@@ -55,6 +61,7 @@ class Surrogate {
     double ordinal = 0;
     double extra = 0;
     bool weighted = false;  // knobs weighted by their estimated relevance
+    double trend = 0;       // weight of a linear trend in each knob's position
   };
   void EstimateRelevance();
   static Shape ShapeAt(int index);

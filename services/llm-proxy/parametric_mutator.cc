@@ -43,14 +43,26 @@ bool IsSizeKnob(const v1::Param& param, const std::vector<int>& ladder) {
          static_cast<int>(ladder.size()) < param.values_size();
 }
 
-// With chance `power_of_two`, a size knob's position becomes one of its powers of two, drawn
-// uniformly.
-void TowardPowerOfTwo(const v1::Param& param, const std::vector<int>& ladder, double power_of_two,
-                      int* position, std::mt19937_64& rng) {
+// The positions random draws favour on a size knob: its powers of two and the ends of its range
+// (a monotone trend, such as more work per thread being faster, puts the best value at an end,
+// which need not be a power of two: a tile of 1, 2, 4, 6, .., 20). Empty for other knobs.
+std::vector<int> FavouredPositions(const v1::Param& param, const std::vector<int>& ladder) {
+  if (!IsSizeKnob(param, ladder)) return {};
+  std::vector<int> out = ladder;
+  out.push_back(0);
+  out.push_back(param.values_size() - 1);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// With chance `chance`, a size knob's position becomes one of its favoured ones, drawn uniformly.
+void TowardFavoured(const std::vector<int>& favoured, double chance, int* position,
+                    std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0, 1);
-  if (!IsSizeKnob(param, ladder) || u(rng) >= power_of_two) return;
-  std::uniform_int_distribution<size_t> rung(0, ladder.size() - 1);
-  *position = ladder[rung(rng)];
+  if (favoured.empty() || u(rng) >= chance) return;
+  std::uniform_int_distribution<size_t> pick(0, favoured.size() - 1);
+  *position = favoured[pick(rng)];
 }
 
 // The parent's value positions, and which knobs have more than one value to move between.
@@ -75,9 +87,13 @@ absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutato
   if (it != spaces_.end()) return it->second;
   auto space = ParamSpace::Create(problem);
   if (!space.ok()) return space.status();
-  std::vector<std::vector<int>> ladders;
-  for (const v1::Param& p : space->params()) ladders.push_back(PowerOfTwoPositions(p));
-  auto shared = std::make_shared<const Space>(Space{*std::move(space), std::move(ladders)});
+  std::vector<std::vector<int>> ladders, favoured;
+  for (const v1::Param& p : space->params()) {
+    ladders.push_back(PowerOfTwoPositions(p));
+    favoured.push_back(FavouredPositions(p, ladders.back()));
+  }
+  auto shared = std::make_shared<const Space>(
+      Space{*std::move(space), std::move(ladders), std::move(favoured)});
   spaces_[key] = shared;
   return shared;
 }
@@ -186,7 +202,7 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
       const int p = order[c];
       std::uniform_int_distribution<int> v(0, params[p].values_size() - 1);
       next[p] = v(rng);
-      TowardPowerOfTwo(params[p], s.ladders[p], options_.power_of_two_jumps, &next[p], rng);
+      TowardFavoured(s.favoured[p], options_.power_of_two_jumps, &next[p], rng);
     }
     ParamAssignment a = space.FromIndices(next);
     if (Acceptable(space, parent, a, seen, &hash)) return a;
@@ -211,7 +227,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
         *power_of_two = 0;
       } else if (auto idx = space.ValueIndices(a); idx.has_value()) {
         for (size_t p = 0; p < idx->size(); ++p) {
-          TowardPowerOfTwo(space.params()[p], s.ladders[p], *power_of_two, &(*idx)[p], rng);
+          TowardFavoured(s.favoured[p], *power_of_two, &(*idx)[p], rng);
         }
         a = space.FromIndices(*idx);
       }

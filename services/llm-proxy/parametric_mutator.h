@@ -34,8 +34,9 @@ struct ParametricOptions {
   // Measured in bench/README.md.
   double power_of_two_moves = 0.6;
   // The same prior for random draws: the chance that a size knob (one with kMinPowerOfTwoLadder
-  // or more powers of two among other values) takes one of its powers of two, drawn uniformly,
-  // rather than any of its values. Jumps (perturbations and global draws, which a stalled search
+  // or more powers of two among other values) takes one of its powers of two or an end of its
+  // range (where a monotone trend puts the best value), drawn uniformly, rather than any of its
+  // values. Jumps (perturbations and global draws, which a stalled search
   // makes) always do; resets (the warm-up's spread-out start, the occasional reset) half the time,
   // so that a space whose best values are not powers of two is still sampled evenly. Measured in
   // bench/README.md.
@@ -60,7 +61,10 @@ class ParametricMutator final : public Mutator {
   // the moves and draws consult them for every knob they touch.
   struct Space {
     ParamSpace space;
-    std::vector<std::vector<int>> ladders;
+    std::vector<std::vector<int>>
+        ladders;  // power-of-two positions: neighbour moves step along them
+    std::vector<std::vector<int>>
+        favoured;  // a size knob's ladder and range ends: random draws favour them
   };
   absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::Problem& problem);
   bool Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
@@ -70,8 +74,9 @@ class ParametricMutator final : public Mutator {
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const Space& s, const v1::Candidate& parent,
                                          const SeenFn& seen, std::mt19937_64& rng) const;
-  // A uniformly drawn valid assignment, size knobs at a power of two with `*power_of_two` chance;
-  // sets it to 0 when the first few such draws find nothing unseen (the powers of two are used up).
+  // A uniformly drawn valid assignment, size knobs at a favoured position (a power of two or a
+  // range end) with `*power_of_two` chance; sets it to 0 when the first few such draws find nothing
+  // unseen (the powers of two are used up).
   std::optional<ParamAssignment> Reset(const Space& s, const v1::Candidate& parent,
                                        const SeenFn& seen, double* power_of_two,
                                        std::mt19937_64& rng) const;

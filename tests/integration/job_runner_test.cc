@@ -367,9 +367,10 @@ TEST_F(JobRunnerTest, SameSeedSameCandidatesOneSlot) {
 }
 
 TEST_F(JobRunnerTest, AStalledSearchExploresWithAGlobalDraw) {
-  // Past the optimum of this small space the search stalls; its explorations then ask for a wide
-  // sample to screen (strategy "global"). Without screening, every request asks for one child and
-  // none is global: a model-backed mutator answers one child, so there is nothing to screen.
+  // A share of the proposals, and past the optimum of this small space (where the search stalls)
+  // its explorations, ask for a wide sample to screen (strategy "global"). Without screening,
+  // every request asks for one child and none is global: a model-backed mutator answers one
+  // child, so there is nothing to screen.
   auto requests_with = [&](int screen_children) {
     std::vector<std::pair<std::string, int>> requests;
     RunScreened(3, 60, screen_children, {.requests = &requests});

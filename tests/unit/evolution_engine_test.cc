@@ -438,6 +438,32 @@ TEST(EvolutionEngineTest, WarmupAsksForExploration) {
   EXPECT_THAT(strategies, Contains("exploit"));
 }
 
+TEST(EvolutionEngineTest, AShareOfProposalsAfterTheWarmupAreGlobalDrawsFromTheBest) {
+  auto global_from_best = [](double ratio) -> int {
+    EngineOptions o = Opts(2);
+    o.budget = 100;  // warm-up: 10 proposals
+    o.global_ratio = ratio;
+    EvolutionEngine e(8, o);
+    e.Ingest(Cand("seed", 0, 0, {{"A", 0}, {"B", 0}}, v1::MUTATOR_KIND_SEED), Ok("seed", 1.0));
+    e.Ingest(Cand("a", 1, 0, {{"A", 1}, {"B", 0}}), Ok("a", 2.0));
+    int global = 0;
+    for (int64_t k = 1; k <= 10; ++k) EXPECT_EQ(e.Select(k).strategy, "explore") << k;
+    for (int64_t k = 11; k < 1011; ++k) {
+      Selection s = e.Select(k);
+      if (s.strategy != "global") continue;
+      ++global;
+      EXPECT_FALSE(s.stalled) << "only two evaluations: nothing has stalled";
+      EXPECT_THAT(s.parents, ElementsAre(e.best())) << k;
+    }
+    return global;
+  };
+  EXPECT_EQ(global_from_best(0), 0);
+  const int global = global_from_best(0.15);
+  EXPECT_GT(global, 100) << "about 150 of 1000";
+  EXPECT_LT(global, 200) << "about 150 of 1000";
+  EXPECT_EQ(global_from_best(1), 1000);
+}
+
 TEST(EvolutionEngineTest, OptionsFromConfig) {
   v1::EvolutionConfig c;
   v1::Budget b;
@@ -446,6 +472,10 @@ TEST(EvolutionEngineTest, OptionsFromConfig) {
   EXPECT_EQ(o.islands, 2);
   EXPECT_EQ(o.migration_interval, 25);
   EXPECT_EQ(o.budget, 321);
+  EXPECT_DOUBLE_EQ(o.global_ratio, 0.15);
+  c.set_screen_children(1);
+  EXPECT_DOUBLE_EQ(OptionsFromConfig(c, b).global_ratio, 0)
+      << "without screening a global draw is one random point";
   c.set_islands(5);
   c.set_migration_interval(7);
   c.set_exploit_ratio(0.3);

@@ -506,6 +506,33 @@ TEST(ParametricMutatorTest, RandomDrawsFavourTheSizeKnobsPowersOfTwo) {
   }
 }
 
+TEST(ParametricMutatorTest, RandomDrawsFavourTheEndsOfASizeKnobsRange) {
+  // A tile of 1, 2, 4, 6, .., 20: five powers of two, and an upper end that is not one.
+  const Fixture f = Fixture::Make(MakeProblem(
+      "ends", {{"TILE", {1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20}}, {"MODE", {0, 1, 2}}}, {}));
+  const v1::Candidate parent = f.Parent({{"TILE", 6}, {"MODE", 1}}, "p");
+  const std::set<std::string> seen = {parent.content_hash()};
+  auto tiles_drawn = [&](ParametricMutator& mutator) {
+    std::map<int64_t, int> tiles;
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      auto resp = mutator.Mutate(Request(f.problem, {parent}, seed, 1, "global"), SeenIn(seen));
+      EXPECT_TRUE(resp.ok()) << resp.status();
+      if (resp.ok() && resp->children_size() == 1) ++tiles[ParamsOf(resp->children(0)).at("TILE")];
+    }
+    return tiles;
+  };
+  ParametricMutator mutator;
+  const std::map<int64_t, int> favoured = tiles_drawn(mutator);
+  for (const auto& [tile, n] : favoured) {
+    EXPECT_TRUE(std::has_single_bit(static_cast<uint64_t>(tile)) || tile == 20)
+        << tile << " drawn " << n << " times";
+  }
+  // Six favoured values, about 50 draws each.
+  EXPECT_GT(favoured.count(20) ? favoured.at(20) : 0, 25);
+  ParametricMutator plain({.power_of_two_jumps = 0, .power_of_two_resets = 0});
+  EXPECT_EQ(tiles_drawn(plain).size(), 11u) << "without the prior every value is drawn";
+}
+
 TEST(ParametricMutatorTest, AGlobalDrawGoesOnOnceThePowersOfTwoAreUsedUp) {
   const Fixture f = SizesFixture();
   std::set<std::string> seen;

@@ -84,6 +84,31 @@ TEST(SurrogateTest, KeepsTheBestPointsWhenCapped) {
   EXPECT_LT(s.Predict({9, 2}).mean, 0.0);
 }
 
+TEST(SurrogateTest, TheGlobalDrawShapeExtrapolatesATrend) {
+  // Time falls steadily along knob 0, observed at positions 0..5 only; knob 1 does not matter.
+  std::vector<std::vector<int>> x;
+  std::vector<double> y;
+  for (int a = 0; a <= 5; ++a) {
+    for (int b : {0, 3, 6}) {
+      x.push_back({a, b});
+      y.push_back(-0.3 * a);
+    }
+  }
+  Surrogate trend({8, 8}, {}, {.fixed_shape = Surrogate::kGlobalDrawShape});
+  Surrogate hamming({8, 8}, {}, {.fixed_shape = Surrogate::kHammingShape});
+  ASSERT_TRUE(trend.Fit(x, y).ok());
+  ASSERT_TRUE(hamming.Fit(x, y).ok());
+  // The unseen end of the range: the trend carries on; a similarity kernel reverts to the mean.
+  EXPECT_LT(trend.Predict({7, 1}).mean, trend.Predict({5, 1}).mean);
+  EXPECT_GT(hamming.Predict({7, 1}).mean, hamming.Predict({5, 1}).mean);
+  // Still uncertain there, and still interpolating where it has data.
+  EXPECT_GT(trend.Predict({7, 1}).sd, trend.Predict({3, 3}).sd);
+  EXPECT_NEAR(trend.Predict({3, 3}).mean, -0.9, 0.2);
+
+  Surrogate unknown({8, 8}, {}, {.fixed_shape = Surrogate::kGlobalDrawShape + 1});
+  EXPECT_FALSE(unknown.Fit(x, y).ok()) << "a shape index past the last";
+}
+
 v1::Problem TwoKnobProblem() {
   v1::Problem p;
   p.set_name("p");
