@@ -14,6 +14,7 @@
 #include <iostream>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"

@@ -111,7 +111,8 @@ double EvolutionEngine::Weight(const Member* m) const {
 
 Selection EvolutionEngine::Select(int64_t sequence) {
   Selection s;
-  std::mt19937_64 rng(MutationSeed(sequence) ^ 0x9e3779b97f4a7c15ULL);
+  const uint64_t mutation_seed = MutationSeed(sequence);
+  std::mt19937_64 rng(mutation_seed ^ 0x9e3779b97f4a7c15ULL);
   std::uniform_real_distribution<double> u(0, 1);
   s.island = static_cast<int>(sequence % static_cast<int64_t>(islands_.size()));
   Island& is = islands_[s.island];
@@ -123,13 +124,14 @@ Selection EvolutionEngine::Select(int64_t sequence) {
   // Stagnation: after many evaluations without improvement, every third proposal explores.
   const bool stuck = since_improvement_ >= 12 && sequence % 3 == 0;
   // Its own stream, so that the other choices do not depend on the global ratio.
-  std::mt19937_64 global_rng(MutationSeed(sequence) ^ 0x5bd1e995ULL);
+  std::mt19937_64 global_rng(mutation_seed ^ 0x5bd1e995ULL);
   if (sequence <= opts_.warmup_explore) {
     s.parents.push_back(is.elites.front());
     s.strategy = "explore";
   } else if (best_ != nullptr && u(global_rng) < opts_.global_ratio) {
     // The needle optima of real tuning spaces sit in regions that local search from the first
-    // basins rarely reaches; a screened sample of the whole space does (bench/README.md).
+    // basins rarely reaches; a screened sample of the whole space does (bench/README.md). Its
+    // child counts as the best's in the damping, as every child does.
     s.parents.push_back(best_);
     s.strategy = "global";
   } else if (stuck) {

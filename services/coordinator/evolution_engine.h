@@ -31,8 +31,9 @@ struct EngineOptions {
   int grid_bins = 6;            // per feature dimension
   int warmup_explore = 0;       // first proposals ask for distant children (0 = auto)
   // After the warm-up, this share of proposals are global draws from the global best: a sample
-  // of the whole space for the screener to pick from (0 without screening, where a global draw
-  // would be one random point).
+  // of the whole space for the screener to pick from. OptionsFromConfig sets 0 when screening is
+  // off, where a global draw would be one random point. With an LLM configured, the mutator
+  // decides per request, as for any other, whether the model or the knob tuner answers it.
   double global_ratio = 0.15;
   int64_t budget = 0;           // max evaluations, for the auto warm-up size
 };
@@ -52,7 +53,7 @@ struct Selection {
   // Hint for the mutator: "explore", "exploit", "perturb", "global" (a sample of the whole
   // space to screen) or "".
   std::string strategy;
-  bool stalled = false;  // chosen because the search stopped improving
+  bool stalled = false;  // chosen because the search stopped improving (for tests and traces)
 };
 
 class EvolutionEngine {

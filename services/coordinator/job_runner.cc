@@ -206,12 +206,11 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       // strategy); the parametric one offers several, and the screener picks.
       // A global draw always has a parent (the island's or the job's best). Without screening
       // it is one random point: an exploration.
-      const bool global = sel.strategy == "global";
+      const bool global = sel.strategy == "global" && screen_children > 1;
       req.set_count(
-          global && screen_children > 1
-              ? GlobalDrawCount(screen_children, sel.parents.front()->candidate.source().size())
-              : screen_children);
-      req.set_strategy(global && screen_children == 1 ? "explore" : sel.strategy);
+          global ? GlobalDrawCount(screen_children, sel.parents.front()->candidate.source().size())
+                 : screen_children);
+      req.set_strategy(sel.strategy == "global" && !global ? "explore" : sel.strategy);
       if (mutator_.WantsSeenHashes()) {
         for (const auto& h : seen) req.add_seen_hashes(h);
       }

@@ -143,6 +143,10 @@ absl::Status Surrogate::Fit(const std::vector<std::vector<int>>& points, const s
                                                    " objective values"));
   }
   if (points.size() < 2) return absl::FailedPreconditionError("surrogate: needs at least two points");
+  if (options_.fixed_shape > kGlobalDrawShape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("surrogate: no kernel shape ", options_.fixed_shape));
+  }
   for (const auto& p : points) {
     const size_t need = extra_.empty() ? (active_.empty() ? 0 : active_.back() + 1) : extra_.back().first + 1;
     if (p.size() < need) return absl::InvalidArgumentError("surrogate: point with too few features");
@@ -187,10 +191,6 @@ absl::Status Surrogate::Fit(const std::vector<std::vector<int>>& points, const s
   double best = -std::numeric_limits<double>::infinity();
   std::vector<double> chol, alpha;
   const bool fixed = options_.fixed_shape >= 0;
-  if (fixed && options_.fixed_shape > kGlobalDrawShape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("surrogate: no kernel shape ", options_.fixed_shape));
-  }
   for (int index = fixed ? options_.fixed_shape : 0;
        index < (fixed ? options_.fixed_shape + 1 : ShapeCount()); ++index) {
     const Shape s = ShapeAt(index);

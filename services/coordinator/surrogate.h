@@ -52,7 +52,8 @@ class Surrogate {
   // Never chosen by a fit, only fixed: the Hamming shape plus a linear trend per knob, for global
   // draws. The similarity parts revert to the mean away from the data; the trend extrapolates
   // along a knob (larger tiles were faster, so the largest, unseen, may be fastest), which is
-  // what ranks a sample of the whole space usefully.
+  // what ranks a sample of the whole space usefully. Its prior variance is largest at the ends of
+  // the ranges, so a Thompson draw that knows little leans toward the corners of the space.
   static constexpr int kGlobalDrawShape = 24;
 
  private:

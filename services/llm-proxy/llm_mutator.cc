@@ -276,7 +276,9 @@ absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient
 }
 
 absl::StatusOr<v1::MutateResponse> MixedMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
-  std::mt19937_64 rng(req.seed() ^ 0x5bd1e995ULL);
+  // A stream of its own: the coordinator derives its own choices for this proposal (such as
+  // whether it is a global draw) from the same seed, and the two must not move together.
+  std::mt19937_64 rng(req.seed() ^ 0xd1b54a32d192ed03ULL);
   if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_) {
     auto r = llm_->Mutate(req, seen);
     if (r.ok() && !r->children().empty()) return r;

@@ -22,9 +22,10 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
 
 namespace {
 
-// Reset draws that lean to powers of two before plain ones take over. That many in a row fail
-// (invalid or seen) mostly when the powers of two are used up; the rest of the call then draws
-// plainly. A tightly constrained space may trip it by chance, which costs only the prior.
+// Reset draws that lean to favoured positions (powers of two, range ends) before plain ones take
+// over. That many in a row fail (invalid or seen) mostly when those are used up; the rest of the
+// call then draws plainly. A tightly constrained space may trip it by chance, which costs only
+// the prior.
 constexpr int kPowerOfTwoResetTries = 64;
 
 // The positions of a knob's power-of-two values, in declared order.
@@ -43,14 +44,16 @@ bool IsSizeKnob(const v1::Param& param, const std::vector<int>& ladder) {
          static_cast<int>(ladder.size()) < param.values_size();
 }
 
-// The positions random draws favour on a size knob: its powers of two and the ends of its range
-// (a monotone trend, such as more work per thread being faster, puts the best value at an end,
-// which need not be a power of two: a tile of 1, 2, 4, 6, .., 20). Empty for other knobs.
+// The positions random draws favour on a size knob: its powers of two and the ends of its range,
+// its smallest and largest values (a monotone trend, such as more work per thread being faster,
+// puts the best value at an end, which need not be a power of two: a tile of 1, 2, 4, 6, .., 20).
+// Empty for other knobs.
 std::vector<int> FavouredPositions(const v1::Param& param, const std::vector<int>& ladder) {
   if (!IsSizeKnob(param, ladder)) return {};
   std::vector<int> out = ladder;
-  out.push_back(0);
-  out.push_back(param.values_size() - 1);
+  const auto [lo, hi] = std::minmax_element(param.values().begin(), param.values().end());
+  out.push_back(static_cast<int>(lo - param.values().begin()));
+  out.push_back(static_cast<int>(hi - param.values().begin()));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -219,8 +222,8 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
   std::string hash;
   for (int t = 0; t < 256; ++t) {
     ParamAssignment a = space.Decode(pick(rng));
-    // Only the first draws lean to powers of two. When they find nothing unseen, the powers of two
-    // are used up (a wide global draw in a space with few of them): the rest of the call draws
+    // Only the first draws lean to favoured positions. When they find nothing unseen, those are
+    // used up (a wide global draw in a space with few of them): the rest of the call draws
     // plainly, at the cost it had before.
     if (*power_of_two > 0) {
       if (t == kPowerOfTwoResetTries) {
@@ -258,7 +261,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
   std::set<std::string> local;
   SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
   const int count = std::max(1, req.count());
-  // Lowered to 0 by Reset once a call has used up the powers of two.
+  // Lowered to 0 by Reset once a call has used up the favoured positions.
   double jump_bias = options_.power_of_two_jumps;
   double reset_bias = options_.power_of_two_resets;
   for (int i = 0; i < count; ++i) {

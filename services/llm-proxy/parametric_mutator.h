@@ -6,11 +6,11 @@
 // Moves: a neighbour move (one to three knobs stepped along their declared, ordered values by k
 // positions, P(k) ~ 1/k up to a third of the knob's range; a size-like knob at a power of two
 // often steps along its powers of two instead), a random reset (a drawn valid assignment, size
-// knobs leaning to their powers of two), and uniform crossover of two parents. A child is only
-// emitted when it is valid and unseen; while unseen valid neighbours of the parent remain, one of
-// them is proposed before anything farther away. Strategies (MutateRequest.strategy): "explore"
-// asks for resets, "global" for a wide sample of resets to screen, "perturb" for a jump of two to
-// four knobs, "exploit" for neighbours only.
+// knobs leaning to their powers of two and range ends), and uniform crossover of two parents. A
+// child is only emitted when it is valid and unseen; while unseen valid neighbours of the parent
+// remain, one of them is proposed before anything farther away. Strategies
+// (MutateRequest.strategy): "explore" asks for resets, "global" for a wide sample of resets to
+// screen, "perturb" for a jump of two to four knobs, "exploit" for neighbours only.
 
 #include <map>
 #include <memory>
@@ -36,10 +36,10 @@ struct ParametricOptions {
   // The same prior for random draws: the chance that a size knob (one with kMinPowerOfTwoLadder
   // or more powers of two among other values) takes one of its powers of two or an end of its
   // range (where a monotone trend puts the best value), drawn uniformly, rather than any of its
-  // values. Jumps (perturbations and global draws, which a stalled search
-  // makes) always do; resets (the warm-up's spread-out start, the occasional reset) half the time,
-  // so that a space whose best values are not powers of two is still sampled evenly. Measured in
-  // bench/README.md.
+  // values. Jumps (perturbations and global draws: a share of the proposals and a stalled
+  // search's explorations) always do; resets (the warm-up's spread-out start, the occasional reset)
+  // half the time, so that a space whose best values are not powers of two is still sampled evenly.
+  // Measured in bench/README.md.
   double power_of_two_jumps = 1.0;
   double power_of_two_resets = 0.5;
   int64_t max_scan = 1 << 22;        // the largest space scanned exhaustively for unseen points
@@ -61,10 +61,10 @@ class ParametricMutator final : public Mutator {
   // the moves and draws consult them for every knob they touch.
   struct Space {
     ParamSpace space;
-    std::vector<std::vector<int>>
-        ladders;  // power-of-two positions: neighbour moves step along them
-    std::vector<std::vector<int>>
-        favoured;  // a size knob's ladder and range ends: random draws favour them
+    // Per knob, its power-of-two positions: neighbour moves step along them.
+    std::vector<std::vector<int>> ladders;
+    // Per size knob, its ladder and range ends: random draws favour them (empty for other knobs).
+    std::vector<std::vector<int>> favoured;
   };
   absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::Problem& problem);
   bool Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
@@ -76,7 +76,7 @@ class ParametricMutator final : public Mutator {
                                          const SeenFn& seen, std::mt19937_64& rng) const;
   // A uniformly drawn valid assignment, size knobs at a favoured position (a power of two or a
   // range end) with `*power_of_two` chance; sets it to 0 when the first few such draws find nothing
-  // unseen (the powers of two are used up).
+  // unseen (they are used up).
   std::optional<ParamAssignment> Reset(const Space& s, const v1::Candidate& parent,
                                        const SeenFn& seen, double* power_of_two,
                                        std::mt19937_64& rng) const;

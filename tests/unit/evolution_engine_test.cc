@@ -464,6 +464,58 @@ TEST(EvolutionEngineTest, AShareOfProposalsAfterTheWarmupAreGlobalDrawsFromTheBe
   EXPECT_EQ(global_from_best(1), 1000);
 }
 
+TEST(EvolutionEngineTest, TheGlobalShareHasItsOwnRandomStream) {
+  // Every proposal that is not a global draw is what the engine without the share would choose.
+  auto make = [](double ratio) {
+    EngineOptions o = Opts(2);
+    o.budget = 100;
+    o.global_ratio = ratio;
+    auto e = std::make_unique<EvolutionEngine>(5, o);
+    for (int i = 0; i < 8; ++i) {
+      e->Ingest(Cand(absl::StrCat("c", i), i, i % 2, {{"A", i}, {"B", i % 3}}),
+                Ok(absl::StrCat("c", i), 1.0 + i));
+    }
+    return e;
+  };
+  auto with = make(0.15), without = make(0);
+  int global = 0;
+  for (int64_t k = 11; k < 300; ++k) {
+    const Selection s = with->Select(k);
+    if (s.strategy == "global") {
+      ++global;
+      continue;
+    }
+    EXPECT_EQ(Describe(s), Describe(without->Select(k))) << k;
+  }
+  EXPECT_GT(global, 0);
+}
+
+TEST(EvolutionEngineTest, AStalledSearchAlternatesPerturbationsAndGlobalDraws) {
+  EngineOptions o = Opts(1);
+  o.budget = 100;
+  o.global_ratio = 0;
+  EvolutionEngine e(3, o);
+  e.Ingest(Cand("best", 0, 0, {{"A", 0}, {"B", 0}}, v1::MUTATOR_KIND_SEED), Ok("best", 5.0));
+  for (int i = 1; i <= 12; ++i) {
+    e.Ingest(Cand(absl::StrCat("w", i), i, 0, {{"A", i}, {"B", 1}}), Ok(absl::StrCat("w", i), 1.0));
+  }
+  ASSERT_GE(e.since_improvement(), 12);
+  std::map<std::string, int> stalled;
+  for (int64_t k = 11; k < 41; ++k) {
+    const Selection s = e.Select(k);
+    EXPECT_EQ(s.stalled, k % 3 == 0) << k;
+    if (!s.stalled) {
+      EXPECT_NE(s.strategy, "global") << k;
+      continue;
+    }
+    ++stalled[s.strategy];
+    EXPECT_EQ(s.strategy, (k / 3) % 2 == 0 ? "perturb" : "global") << k;
+    EXPECT_THAT(s.parents, ElementsAre(e.best())) << "the island's best, here the job's";
+  }
+  EXPECT_EQ(stalled["perturb"], 5);
+  EXPECT_EQ(stalled["global"], 5);
+}
+
 TEST(EvolutionEngineTest, OptionsFromConfig) {
   v1::EvolutionConfig c;
   v1::Budget b;
