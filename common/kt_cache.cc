@@ -1,6 +1,7 @@
 #include "absl/strings/string_view.h"
 #include "common/kt_cache.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -12,7 +13,44 @@
 
 namespace kforge {
 
+namespace {
+
+// Recorded tuning spaces are a few MB; this bounds what a crafted path (/dev/zero, a
+// decompression bomb) can make a process hold.
+constexpr size_t kMaxCacheBytes = size_t{512} << 20;
+// nlohmann::json parses recursively: nesting deeper than a cache ever has is refused first.
+constexpr int kMaxJsonDepth = 64;
+
+bool NestsTooDeep(const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ReadMaybeGzipFile(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -28,6 +66,11 @@ absl::StatusOr<std::string> ReadMaybeGzipFile(const std::string& path) {
       return absl::DataLossError(absl::StrCat(path, ": read failed: ", msg));
     }
     if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > kMaxCacheBytes) {
+      gzclose(f);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": larger than ", kMaxCacheBytes >> 20, " MB (uncompressed)"));
+    }
     out.append(buf, n);
   }
   gzclose(f);
@@ -69,6 +112,9 @@ absl::StatusOr<KtCache> LoadKtCache(const std::string& path, const std::string& 
   const std::string name = display_name.empty() ? path : display_name;
   auto text = ReadMaybeGzipFile(path);
   if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat(name, ": ", text.status().message()));
+  if (NestsTooDeep(*text)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": JSON nested deeper than ", kMaxJsonDepth, " levels"));
+  }
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(name, ": not valid JSON"));
   auto bad = [&](absl::string_view what) {

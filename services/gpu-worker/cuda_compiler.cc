@@ -9,7 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <cctype>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -38,14 +39,43 @@ struct Nvrtc::Api {
 
 namespace {
 
-// ptxas -v: "Used 32 registers, ..." and "N bytes spill stores, M bytes spill loads".
+// The number that ends right before `pos` in `text` (digits only), if any.
+std::optional<int64_t> NumberBefore(const std::string& text, size_t pos) {
+  size_t start = pos;
+  while (start > 0 && pos - start < 18 && std::isdigit(static_cast<unsigned char>(text[start - 1]))) --start;
+  if (start == pos) return std::nullopt;
+  return std::stoll(text.substr(start, pos - start));
+}
+
+// The number that starts at `pos` in `text`, if any.
+std::optional<int64_t> NumberAt(const std::string& text, size_t pos) {
+  size_t end = pos;
+  while (end < text.size() && end - pos < 18 && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  if (end == pos) return std::nullopt;
+  return std::stoll(text.substr(pos, end - pos));
+}
+
+// ptxas -v: "Used 32 registers, ..." and "N bytes spill stores, M bytes spill loads". Plain
+// searches: the log holds the candidate's text (no regex engine may run over it).
 void ReadPtxasInfo(NvrtcOutput* out) {
-  static const std::regex kSpill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  static const std::regex kRegs(R"(Used (\d+) registers)");
-  std::smatch m;
-  if (std::regex_search(out->log, m, kSpill))
-    out->spill_bytes = std::stoll(m[1]) + std::stoll(m[2]);
-  if (std::regex_search(out->log, m, kRegs)) out->registers = std::stoi(m[1]);
+  const std::string& log = out->log;
+  constexpr std::string_view kStores = " bytes spill stores, ";
+  constexpr std::string_view kLoads = " bytes spill loads";
+  if (size_t p = log.find(kStores); p != std::string::npos) {
+    const auto stores = NumberBefore(log, p);
+    const auto loads = NumberAt(log, p + kStores.size());
+    if (stores && loads && log.compare(p + kStores.size() + std::to_string(*loads).size(), kLoads.size(), kLoads) == 0) {
+      out->spill_bytes = *stores + *loads;
+    }
+  }
+  constexpr std::string_view kUsed = "Used ";
+  for (size_t p = log.find(kUsed); p != std::string::npos; p = log.find(kUsed, p + 1)) {
+    const auto regs = NumberAt(log, p + kUsed.size());
+    if (regs && log.compare(p + kUsed.size() + std::to_string(*regs).size(), 10, " registers") == 0) {
+      out->registers = static_cast<int>(*regs);
+      break;
+    }
+  }
 }
 
 }  // namespace

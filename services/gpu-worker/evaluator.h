@@ -4,14 +4,18 @@
 // process and drives a sandbox per backend. The reference's answers never enter the sandbox:
 // the sandbox returns what the candidate wrote and this process compares.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/problem_check.h"
 #include "kforge/v1/evaluation.pb.h"
 #include "services/gpu-worker/replay.h"
 #include "services/gpu-worker/sandbox.h"
@@ -23,8 +27,20 @@ struct EvaluatorOptions {
   SandboxOptions sandbox;
   ScreenOptions screen;
   std::string worker_id = "local";
-  double compile_timeout_seconds = 120;
+  // Its own limit: a macro bomb keeps a compiler busy whatever the run timeout says.
+  double compile_timeout_seconds = 60;
   double run_timeout_seconds = 60;  // per sandbox run request (the watchdog)
+  // What a request may ask for: its problem's size (checked before anything runs) and its
+  // timeout (0 means run_timeout_seconds).
+  ProblemLimits problem_limits{.max_buffer_bytes = int64_t{1} << 30,
+                               .max_problem_bytes = int64_t{4} << 30};
+  double max_timeout_seconds = 600;
+  // Inputs and reference outputs this process keeps for the problems it has seen, together;
+  // a problem that alone would need more is refused.
+  int64_t max_held_bytes = int64_t{4} << 30;
+  // Folders a replay problem's cache may be read from (after resolving links); nullopt = any
+  // (the embedded run reads its user's own files), empty = none.
+  std::optional<std::vector<std::string>> replay_roots;
   int warmup = 2;
   int min_samples = 10;
   int max_samples = 200;
@@ -51,6 +67,16 @@ class Evaluator {
   // Starts the backend's sandbox and returns what it found (device info or why unavailable).
   v1::HelloResponse Probe(v1::Backend backend);
 
+  // Whether a request is one this worker will run: the problem passes CheckProblem and the
+  // worker's limits, the timeout is within bounds, a replay cache lies in an allowed folder.
+  // Evaluate runs it too; callers that can refuse a request outright (the gRPC handler) call it
+  // first.
+  [[nodiscard]] absl::Status CheckRequest(const v1::EvaluationRequest& request) const;
+
+  // Shutting down: kills every sandbox's child so that evaluations in flight end now (as
+  // infra errors, not retried).
+  void Interrupt();
+
   const EvaluatorOptions& options() const { return options_; }
 
  private:
@@ -59,6 +85,8 @@ class Evaluator {
   class Run;
 
   BackendState& StateFor(v1::Backend backend);
+  void EvaluateOnce(const v1::EvaluationRequest& req, const std::string& problem_key,
+                    v1::EvaluationResult& res);
 
   EvaluatorOptions options_;
   Clock& clock_;
@@ -66,6 +94,7 @@ class Evaluator {
   std::mutex mu_;
   std::map<int, std::unique_ptr<BackendState>> backends_;
   ReplayEvaluator replay_;
+  std::atomic<bool> interrupted_{false};
 };
 
 // Removes absolute paths and truncates; what leaves the worker goes through this.

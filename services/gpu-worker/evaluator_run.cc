@@ -6,6 +6,8 @@
 #include <cmath>
 #include <set>
 
+#include <malloc.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/hash.h"
@@ -16,8 +18,6 @@
 namespace kforge::worker {
 
 namespace {
-
-constexpr size_t kMaxProblemsCached = 8;
 
 v1::TimingStats Stats(std::vector<double> s) {
   v1::TimingStats t;
@@ -48,16 +48,29 @@ bool IsPoison(const std::string& bytes, v1::DType dtype, int64_t i, int pattern)
 
 }  // namespace
 
-Evaluator::ProblemData& Evaluator::Run::Data() {
-  auto& slot = st_.problems[p_.content_hash()];
-  if (slot == nullptr) {
-    if (st_.problems.size() > kMaxProblemsCached) {
-      for (auto it = st_.problems.begin(); it != st_.problems.end();) {
-        it = it->first == p_.content_hash() ? std::next(it) : st_.problems.erase(it);
+void Evaluator::BackendState::TrimHeld(const std::string& keep, int64_t max_bytes) {
+  int64_t total = 0;
+  for (const auto& [key, data] : problems) total += data->bytes;
+  bool freed = false;
+  while (total > max_bytes) {
+    auto victim = problems.end();
+    for (auto it = problems.begin(); it != problems.end(); ++it) {
+      if (it->first != keep && (victim == problems.end() || it->second->last_use < victim->second->last_use)) {
+        victim = it;
       }
     }
-    slot = std::make_unique<ProblemData>();
+    if (victim == problems.end()) break;
+    total -= victim->second->bytes;
+    problems.erase(victim);
+    freed = true;
   }
+  if (freed) malloc_trim(0);  // large buffers live in the heap (KeepLargeAllocationsInHeap)
+}
+
+Evaluator::ProblemData& Evaluator::Run::Data() {
+  auto& slot = st_.problems[key_];
+  if (slot == nullptr) slot = std::make_unique<ProblemData>();
+  slot->last_use = ++st_.uses;
   return *slot;
 }
 
@@ -66,7 +79,7 @@ const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int in
   auto it = data_->inputs.find(key);
   if (it != data_->inputs.end()) return it->second;
   const std::string seed_text =
-      absl::StrCat(ev_.options_.input_salt, "|", p_.content_hash(), "|", set, "|", index);
+      absl::StrCat(ev_.options_.input_salt, "|", key_, "|", set, "|", index);
   const std::string h = Sha256Hex(seed_text);
   std::seed_seq seq(h.begin(), h.end());
   std::mt19937_64 rng(seq);
@@ -75,8 +88,9 @@ const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int in
   for (const auto& b : p_.buffers()) {
     if (b.role() == v1::BUFFER_ROLE_OUT) continue;
     auto n = ShapeElements(b.shape(), env);
-    KF_CHECK(n.ok());  // the loader evaluated every shape on every size set
+    KF_CHECK(n.ok());  // Evaluate ran CheckProblem: every shape evaluates on every size set
     bufs[b.name()] = FillBytes(b.dtype(), *n, b.fill(), rng);
+    data_->bytes += static_cast<int64_t>(bufs[b.name()].size());
   }
   return data_->inputs[key] = std::move(bufs);
 }
@@ -95,7 +109,7 @@ v1::BufferSet Evaluator::Run::BuildSet(int set, int index,
       SetPoison(*d, b.dtype(), *ShapeElements(b.shape(), env), pattern);
     } else {
       const std::string& bytes = inputs.at(b.name());
-      const std::string key = absl::StrCat(p_.content_hash(), "/", set, "/", index, "/", b.name());
+      const std::string key = absl::StrCat(key_, "/", set, "/", index, "/", b.name());
       if (resident && !bytes.empty() && st_.resident.Holds(sb_->generation(), key)) {
         d->set_resident_key(key);
       } else {
@@ -177,7 +191,10 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index) {
   std::map<std::string, std::string> outs;
   for (const auto& b : r.response.run().buffers()) {
     for (const auto& pb : p_.buffers()) {
-      if (pb.name() == b.name() && pb.role() != v1::BUFFER_ROLE_IN) outs[b.name()] = b.data();
+      if (pb.name() == b.name() && pb.role() != v1::BUFFER_ROLE_IN) {
+        data_->bytes += static_cast<int64_t>(b.data().size());
+        outs[b.name()] = b.data();
+      }
     }
   }
   data_->ref_outputs[{set, index}] = std::move(outs);
@@ -295,7 +312,8 @@ void Evaluator::Run::Execute() {
                               ScreenOptions{.max_source_bytes = INT64_MAX,
                                             .max_launches = 64,
                                             .max_total_work_items = INT64_MAX,
-                                            .max_scratch_bytes = INT64_MAX});
+                                            .max_scratch_bytes =
+                                                ev_.options_.problem_limits.max_buffer_bytes});
   if (!ref_sets.ok()) {
     EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
              absl::StrCat("reference plan: ", ref_sets.status().message()));

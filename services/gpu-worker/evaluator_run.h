@@ -19,6 +19,8 @@ namespace kforge::worker {
 
 // Inputs and reference outputs of one problem, by size set and input set index.
 struct Evaluator::ProblemData {
+  int64_t bytes = 0;      // held in inputs and ref_outputs
+  uint64_t last_use = 0;  // BackendState::uses at the last evaluation
   std::map<std::pair<int, int>, std::map<std::string, std::string>> inputs;
   std::map<std::pair<int, int>, std::map<std::string, std::string>> ref_outputs;
   int ref_program = -1;
@@ -32,15 +34,21 @@ struct Evaluator::BackendState {
   std::mutex mu;
   std::unique_ptr<Sandbox> sandbox;
   ResidentIndex resident;  // what the sandbox holds, for its current generation
-  std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by problem hash
+  std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by worker-computed hash
+  uint64_t uses = 0;
+
+  // Forgets the least recently used problems other than `keep` while more than `max_bytes` are
+  // held, and hands the freed memory back to the system.
+  void TrimHeld(const std::string& keep, int64_t max_bytes);
 };
 
 // One evaluation: holds the request, the result being built, and the stage bookkeeping.
 class Evaluator::Run {
  public:
+  // `problem_key` names the problem in every cache; the worker computed it (HashProblem).
   Run(Evaluator& ev, BackendState& state, const v1::EvaluationRequest& req,
-      v1::EvaluationResult& res)
-      : ev_(ev), st_(state), req_(req), p_(req.problem()), res_(res) {}
+      const std::string& problem_key, v1::EvaluationResult& res)
+      : ev_(ev), st_(state), req_(req), p_(req.problem()), key_(problem_key), res_(res) {}
 
   void Execute();
 
@@ -99,6 +107,7 @@ class Evaluator::Run {
   BackendState& st_;
   const v1::EvaluationRequest& req_;
   const v1::Problem& p_;
+  const std::string& key_;
   v1::EvaluationResult& res_;
   Sandbox* sb_ = nullptr;
   ProblemData* data_ = nullptr;

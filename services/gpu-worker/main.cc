@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -37,7 +39,24 @@ int main(int argc, char** argv) {
   worker::EvaluatorOptions eval_opts;
   eval_opts.worker_id = opts.worker_id;
   eval_opts.run_timeout_seconds = opts.timeout_seconds;
+  eval_opts.compile_timeout_seconds = opts.compile_timeout_seconds;
+  eval_opts.max_timeout_seconds = std::max(opts.max_timeout_seconds, opts.timeout_seconds);
+  eval_opts.problem_limits.max_buffer_bytes = opts.max_buffer_mb << 20;
+  eval_opts.problem_limits.max_problem_bytes = opts.max_problem_mb << 20;
+  eval_opts.max_held_bytes = opts.max_held_mb << 20;
   eval_opts.sandbox.memory_limit_mb = opts.memory_limit_mb;
+  eval_opts.sandbox.restrict_files = opts.restrict_files;
+  for (absl::string_view p : absl::StrSplit(opts.read_paths, ',', absl::SkipEmpty())) {
+    eval_opts.sandbox.read_paths.emplace_back(p);
+  }
+  // A request names its replay cache by path: only inside the configured folders.
+  eval_opts.replay_roots.emplace();
+  for (absl::string_view d : absl::StrSplit(opts.replay_dirs, ',', absl::SkipEmpty())) {
+    eval_opts.replay_roots->emplace_back(d);
+  }
+  if (eval_opts.replay_roots->empty()) {
+    log->info("replay caches: none readable (set worker.replay_dirs to serve replay problems)");
+  }
   // The resident copies count against an OpenCL sandbox's address-space limit: keep room for the
   // runs' own buffers.
   eval_opts.resident_input_bytes = std::min(opts.resident_input_mb, opts.memory_limit_mb / 4) << 20;
@@ -55,7 +74,19 @@ int main(int argc, char** argv) {
   core.ProbeBackends();
   worker::WorkerAdminServiceImpl service(core);
   log->info("worker_id={}", opts.worker_id);
-  // In-flight evaluations get 30 s to finish after a drain.
-  return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service}, registry, log, 30,
-                          [&core] { core.Drain(); });
+  // In-flight evaluations get 25 s to finish after a drain; then their sandboxes are killed
+  // (they end as infra errors) so that the server's 30 s shutdown deadline holds.
+  std::thread interrupter;
+  const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service}, registry, log, 30,
+                                  [&] {
+                                    core.Drain();
+                                    interrupter = std::thread([&evaluator, &core] {
+                                      for (int i = 0; i < 250 && core.Info().busy() > 0; ++i) {
+                                        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                                      }
+                                      evaluator.Interrupt();
+                                    });
+                                  });
+  if (interrupter.joinable()) interrupter.join();
+  return rc;
 }

@@ -32,6 +32,7 @@ absl::StatusOr<std::shared_ptr<const ReplayEvaluator::Loaded>> ReplayEvaluator::
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
     loaded->reference_ms = times[times.size() / 2];
   }
+  if (caches_.size() >= 16) caches_.erase(caches_.begin());  // requests choose the paths: bounded
   caches_[path] = loaded;
   return std::shared_ptr<const Loaded>(loaded);
 }

@@ -1,6 +1,8 @@
 #include "services/gpu-worker/sandbox.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -16,6 +18,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/gpu-worker/framing.h"
 
@@ -56,6 +59,26 @@ Sandbox::Sandbox(SandboxOptions options, v1::Backend backend)
   if (options_.binary.empty()) options_.binary = FindSandboxBinary();
 }
 
+namespace {
+
+// Removes the folders that sandboxes of dead worker processes left behind (a worker killed with
+// -9 cannot clean up after itself). Only folders named after a process that no longer exists.
+void RemoveStaleWorkDirs(const std::string& tmp) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(tmp, ec)) {
+    const std::string name = e.path().filename().string();
+    constexpr absl::string_view kPrefix = "kforge-sandbox-";
+    if (!absl::StartsWith(name, kPrefix)) continue;
+    const size_t dash = name.find('-', kPrefix.size());
+    if (dash == std::string::npos) continue;
+    pid_t owner = 0;
+    if (!absl::SimpleAtoi(name.substr(kPrefix.size(), dash - kPrefix.size()), &owner) || owner <= 0) continue;
+    if (kill(owner, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
 Sandbox::~Sandbox() {
   Kill();
   if (!work_dir_.empty()) {
@@ -71,7 +94,9 @@ absl::Status Sandbox::Spawn() {
   }
   if (work_dir_.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/kforge-sandbox-XXXXXX");
+    const std::string tmp_dir = tmp && *tmp ? tmp : "/tmp";
+    RemoveStaleWorkDirs(tmp_dir);
+    std::string tmpl = absl::StrCat(tmp_dir, "/kforge-sandbox-", getpid(), "-XXXXXX");
     if (mkdtemp(tmpl.data()) == nullptr) {
       return absl::InternalError(absl::StrCat("mkdtemp failed: ", std::strerror(errno)));
     }
@@ -98,11 +123,27 @@ absl::Status Sandbox::Spawn() {
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string binary = options_.binary;
-  char* argv[] = {binary.data(), nullptr};
+  std::vector<std::string> args = {binary, "--backend", backend_ == v1::BACKEND_CUDA ? "cuda" : "opencl"};
+  if (options_.restrict_files) {
+    args.emplace_back("--jail");
+    for (const auto& p : options_.read_paths) {
+      args.emplace_back("--read");
+      args.push_back(p);
+    }
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return absl::InternalError(absl::StrCat("socketpair failed: ", std::strerror(errno)));
+  }
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return absl::InternalError(absl::StrCat("pipe failed: ", std::strerror(errno)));
   }
   rlimit as{static_cast<rlim_t>(options_.memory_limit_mb) << 20, static_cast<rlim_t>(options_.memory_limit_mb) << 20};
   rlimit core{0, 0};
@@ -112,6 +153,8 @@ absl::Status Sandbox::Spawn() {
   if (pid < 0) {
     close(sv[0]);
     close(sv[1]);
+    close(out[0]);
+    close(out[1]);
     return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
   }
   if (pid == 0) {
@@ -120,18 +163,23 @@ absl::Status Sandbox::Spawn() {
     if (getppid() != parent) _exit(125);
     dup2(sv[1], 0);
     dup2(sv[1], 1);
+    dup2(out[1], 2);
     // No inherited descriptors beyond stdin/stdout/stderr.
     syscall(SYS_close_range, 3U, ~0U, 0U);
     setrlimit(RLIMIT_CORE, &core);
     if (options_.memory_limit_mb > 0 && limit_address_space) setrlimit(RLIMIT_AS, &as);
     if (chdir(work_dir_.c_str()) != 0) _exit(126);
     signal(SIGPIPE, SIG_DFL);
-    execve(binary.c_str(), argv, envp.data());
+    execve(binary.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   close(sv[1]);
+  close(out[1]);
   pid_ = pid;
   fd_ = sv[0];
+  drain_stop_ = false;
+  output_budget_ = options_.max_output_bytes;
+  drain_ = std::thread([this, fd = out[0]] { DrainOutput(fd); });
   ++generation_;
   return absl::OkStatus();
 }
@@ -148,6 +196,7 @@ std::string Sandbox::Reap(bool kill_first) {
   } while (r < 0 && errno == EINTR);
   if (!kill_first) kill(-pid_, SIGKILL);  // stray grandchildren of a crashed child
   pid_ = -1;
+  StopDrain();
   if (r < 0) return "lost track of the sandbox process";
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
@@ -167,7 +216,7 @@ void Sandbox::LimitCpu(double timeout_seconds) {
   if (options_.cpu_seconds_per_timeout_second <= 0 || pid_ <= 0) return;
   // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks; the command name
   // (field 2) may hold spaces, so count from the closing parenthesis.
-  std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+  std::ifstream in(absl::StrCat("/proc/", pid_.load(), "/stat"));
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return;
@@ -184,6 +233,37 @@ void Sandbox::LimitCpu(double timeout_seconds) {
 
 void Sandbox::Kill() {
   if (pid_ > 0) Reap(/*kill_first=*/true);
+}
+
+void Sandbox::Interrupt() {
+  const pid_t pid = pid_.load();
+  if (pid > 0) kill(-pid, SIGKILL);
+}
+
+void Sandbox::DrainOutput(int fd) {
+  char buf[16384];
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, 200);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) {
+      if (drain_stop_) break;
+      continue;
+    }
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) break;
+    const int64_t allowed = std::min<int64_t>(n, std::max<int64_t>(output_budget_.fetch_sub(n), 0));
+    if (allowed > 0) (void)!write(2, buf, static_cast<size_t>(allowed));
+    if (allowed < n) output_dropped_ += n - allowed;
+  }
+  close(fd);
+}
+
+void Sandbox::StopDrain() {
+  drain_stop_ = true;
+  if (drain_.joinable()) drain_.join();
+  drain_stop_ = false;
 }
 
 absl::StatusOr<v1::HelloResponse> Sandbox::EnsureStarted() {
@@ -219,6 +299,13 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     return out;
   }
   LimitCpu(timeout_seconds);
+  if (const int64_t dropped = output_dropped_.exchange(0); dropped > 0) {
+    output_dropped_total_ += dropped;
+    const std::string line = absl::StrCat("kforge-sandbox: dropped ", dropped, " bytes of output past the cap of ",
+                                          options_.max_output_bytes, " per request\n");
+    (void)!write(2, line.data(), line.size());
+  }
+  output_budget_ = options_.max_output_bytes;
   bytes_sent_ += static_cast<int64_t>(request.ByteSizeLong()) + 4;  // + the length prefix
   if (absl::Status st = WriteFrame(fd_, request); !st.ok()) {
     out.status = CallStatus::kCrashed;

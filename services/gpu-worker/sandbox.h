@@ -7,8 +7,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +29,12 @@ struct SandboxOptions {
   double cpu_seconds_per_timeout_second = 4;
   double start_timeout_seconds = 30;
   // Environment variables passed through (a trailing '*' matches a prefix). Nothing else is.
+  // Restrict the files the child may open (Landlock; see file_jail.h), plus these paths.
+  bool restrict_files = true;
+  std::vector<std::string> read_paths;
+  // What the child may write to its stderr (drivers' messages, a kernel's printf) per request;
+  // the rest is counted and dropped, so a printf flood cannot fill the worker's log.
+  int64_t max_output_bytes = 64 << 10;
   std::vector<std::string> env_allow = {"PATH", "LD_LIBRARY_PATH", "POCL_*", "OCL_ICD_*",
                                         "OPENCL_VENDOR_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
                                         "CUDA_PATH", "KFORGE_OPENCL_DEVICE", "KFORGE_CUDA_DEVICE"};
@@ -56,6 +64,8 @@ class Sandbox {
   // the next call starts a new one.
   CallResult Call(const v1::SandboxRequest& request, double timeout_seconds);
   void Kill();
+  // Kills the child from another thread (shutdown): the call in flight returns as crashed.
+  void Interrupt();
 
   // Increments with every child started: reference timings are only comparable within one.
   int generation() const { return generation_; }
@@ -66,17 +76,28 @@ class Sandbox {
   // Frame bytes written to and read from children, over this object's lifetime.
   int64_t bytes_sent() const { return bytes_sent_; }
   int64_t bytes_received() const { return bytes_received_; }
+  // What children wrote to their stderr beyond max_output_bytes per request, and was dropped.
+  int64_t output_bytes_dropped() const { return output_dropped_total_; }
+  const std::string& work_dir() const { return work_dir_; }
 
  private:
   absl::Status Spawn();
   std::string Reap(bool kill_first);  // waits for the child; returns how it ended
   void LimitCpu(double timeout_seconds);
+  // Copies the child's stderr to ours, up to max_output_bytes per request.
+  void DrainOutput(int fd);
+  void StopDrain();
 
   SandboxOptions options_;
   v1::Backend backend_;
   std::string work_dir_;
-  pid_t pid_ = -1;
+  std::atomic<pid_t> pid_{-1};
   int fd_ = -1;
+  std::thread drain_;
+  std::atomic<bool> drain_stop_{false};
+  std::atomic<int64_t> output_budget_{0};
+  std::atomic<int64_t> output_dropped_{0};
+  std::atomic<int64_t> output_dropped_total_{0};
   int generation_ = 0;
   double last_start_seconds_ = 0;
   int64_t bytes_sent_ = 0;

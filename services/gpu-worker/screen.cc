@@ -3,11 +3,13 @@
 #include <cctype>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
 #include "common/param_space.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace kforge::worker {
 
@@ -18,17 +20,57 @@ constexpr const char* kCudaHeaders[] = {
     "cooperative_groups/reduce.h", "mma.h", "cuda_pipeline.h", "cuda/barrier", "cuda/pipeline",
     "stdint.h", "cstdint"};
 
-// Undoes the spellings that hide a directive: trigraphs, digraphs, line splices, comments.
-// Line numbers of the original text are kept by emitting '\n' for every spliced newline at the
-// end of the logical line.
-std::string Canonicalise(absl::string_view s) {
+// How a preprocessor may read the text. Where compilers differ (trigraphs are on in C and off in
+// C++17), the screen reads it both ways and refuses what either reading shows.
+struct Reading {
+  bool trigraphs = true;
+  bool raw_strings = false;  // C++11 R"delim(...)delim" (CUDA only)
+};
+
+// Phase 1 as every compiler does it: a UTF-8 byte-order mark is skipped, and "\r\n" and a lone
+// "\r" are line breaks. Anything that is not UTF-8 text is refused, so no other encoding can
+// hide a directive.
+absl::StatusOr<std::string> NormaliseText(absl::string_view s) {
+  if (s.size() >= 2 && ((s[0] == '\xFE' && s[1] == '\xFF') || (s[0] == '\xFF' && s[1] == '\xFE'))) {
+    return absl::InvalidArgumentError("source is UTF-16 or UTF-32: kernels must be UTF-8 text");
+  }
+  if (absl::StartsWith(s, "\xEF\xBB\xBF")) s.remove_prefix(3);
+  if (!IsValidUtf8(s)) return absl::InvalidArgumentError("source is not valid UTF-8 text");
   std::string out;
   out.reserve(s.size());
-  int pending_newlines = 0;
+  int line = 1;
   for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '?' && i + 2 < s.size() && s[i + 1] == '?') {
-      const char t = s[i + 2];
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\r') {
+      out.push_back('\n');
+      ++line;
+      if (i + 1 < s.size() && s[i + 1] == '\n') ++i;
+      continue;
+    }
+    if (c == '\n') ++line;
+    if (c < 0x20 && c != '\n' && c != '\t' && c != '\v' && c != '\f') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ": control character 0x", absl::Hex(c, absl::kZeroPad2), " in the source"));
+    }
+    if (c == 0x7f) return absl::InvalidArgumentError(absl::StrCat("line ", line, ": control character 0x7f in the source"));
+    out.push_back(static_cast<char>(c));
+  }
+  return out;
+}
+
+// Undoes the spellings that hide a directive: trigraphs (when the reading has them), line
+// splices, digraphs, comments; string and character literals are blanked so that a "/*" inside
+// one starts no comment. Line numbers of the original text are kept by emitting '\n' for every
+// spliced newline at the end of the logical line.
+std::string Canonicalise(absl::string_view in, const Reading& reading) {
+  // Trigraphs and splices first (translation phases 1 and 2).
+  std::string s;
+  s.reserve(in.size());
+  std::vector<size_t> spliced_at;  // positions in s where a newline was spliced away
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (reading.trigraphs && c == '?' && i + 2 < in.size() && in[i + 1] == '?') {
+      const char t = in[i + 2];
       const char* from = "=/'()!<>-";
       const char* to = "#\\^[]|{}~";
       if (const char* p = std::strchr(from, t); p != nullptr && t != '\0') {
@@ -38,13 +80,28 @@ std::string Canonicalise(absl::string_view s) {
     }
     if (c == '\\') {
       size_t j = i + 1;
-      while (j < s.size() && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r')) ++j;
-      if (j < s.size() && s[j] == '\n') {
+      while (j < in.size() && (in[j] == ' ' || in[j] == '\t')) ++j;
+      if (j < in.size() && in[j] == '\n') {
         i = j;
-        ++pending_newlines;
+        spliced_at.push_back(s.size());
         continue;
       }
     }
+    s.push_back(c);
+  }
+  std::string out;
+  out.reserve(s.size());
+  int pending_newlines = 0;
+  size_t next_splice = 0;
+  auto count_splices_until = [&](size_t pos) {
+    while (next_splice < spliced_at.size() && spliced_at[next_splice] <= pos) {
+      ++pending_newlines;
+      ++next_splice;
+    }
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    count_splices_until(i);
+    const char c = s[i];
     if (c == '%' && i + 1 < s.size() && s[i + 1] == ':') {
       out.push_back('#');
       ++i;
@@ -52,7 +109,7 @@ std::string Canonicalise(absl::string_view s) {
     }
     if (c == '/' && i + 1 < s.size() && s[i + 1] == '*') {
       const size_t end = s.find("*/", i + 2);
-      const size_t stop = end == absl::string_view::npos ? s.size() : end + 2;
+      const size_t stop = end == std::string::npos ? s.size() : end + 2;
       for (size_t k = i; k < stop; ++k) pending_newlines += s[k] == '\n';
       out.push_back(' ');
       i = stop - 1;
@@ -60,6 +117,28 @@ std::string Canonicalise(absl::string_view s) {
     }
     if (c == '/' && i + 1 < s.size() && s[i + 1] == '/') {
       while (i + 1 < s.size() && s[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (reading.raw_strings && c == 'R' && i + 1 < s.size() && s[i + 1] == '"' &&
+        (i == 0 || !(std::isalnum(static_cast<unsigned char>(s[i - 1])) || s[i - 1] == '_'))) {
+      const size_t open = s.find('(', i + 2);
+      if (open != std::string::npos && open - (i + 2) <= 16 && s.find('\n', i + 2) > open) {
+        const std::string close = absl::StrCat(")", s.substr(i + 2, open - (i + 2)), "\"");
+        const size_t end = s.find(close, open + 1);
+        const size_t stop = end == std::string::npos ? s.size() : end + close.size();
+        for (size_t k = i; k < stop; ++k) pending_newlines += s[k] == '\n';
+        out.append("\"\"");
+        i = stop - 1;
+        continue;
+      }
+    }
+    if (c == '"' || c == '\'') {
+      // A literal ends at its closing quote or, unterminated, at the end of the line.
+      size_t k = i + 1;
+      while (k < s.size() && s[k] != c && s[k] != '\n') k += s[k] == '\\' && k + 1 < s.size() && s[k + 1] != '\n' ? 2 : 1;
+      out.push_back(c);
+      out.push_back(c);
+      i = (k < s.size() && s[k] == c) ? k : k - 1;
       continue;
     }
     out.push_back(c);
@@ -71,20 +150,12 @@ std::string Canonicalise(absl::string_view s) {
   return out;
 }
 
-}  // namespace
-
-bool IsAllowedInclude(v1::Backend backend, absl::string_view header) {
-  if (backend != v1::BACKEND_CUDA) return false;  // OpenCL C has no standard headers
-  for (const char* h : kCudaHeaders) {
-    if (header == h) return true;
-  }
-  return false;
-}
-
-absl::Status ScreenIncludes(v1::Backend backend, absl::string_view source) {
-  const std::string text = Canonicalise(source);
+absl::Status ScreenDirectives(v1::Backend backend, const std::string& text) {
   if (text.find("__has_include") != std::string::npos) {
     return absl::InvalidArgumentError("__has_include is not allowed");
+  }
+  if (text.find("__has_embed") != std::string::npos) {
+    return absl::InvalidArgumentError("__has_embed is not allowed");
   }
   int line = 0;
   size_t pos = 0;
@@ -101,14 +172,18 @@ absl::Status ScreenIncludes(v1::Backend backend, absl::string_view source) {
       size_t j = i;
       while (j < l.size() && (std::isalnum(static_cast<unsigned char>(l[j])) || l[j] == '_')) ++j;
       const absl::string_view directive = l.substr(i, j - i);
-      if (directive == "include" || directive == "include_next" || directive == "import" ||
-          directive == "embed") {
-        if (directive != "include") {
-          return absl::InvalidArgumentError(absl::StrCat("line ", line, ": #", directive, " is not allowed"));
-        }
-        absl::string_view rest = l.substr(j);
-        while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
-        while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.back()))) rest.remove_suffix(1);
+      absl::string_view rest = l.substr(j);
+      while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
+      while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.back()))) rest.remove_suffix(1);
+      if (directive == "include_next" || directive == "import" || directive == "embed") {
+        return absl::InvalidArgumentError(absl::StrCat("line ", line, ": #", directive, " is not allowed"));
+      }
+      if (directive == "pragma" && (absl::StrContains(rest, "dependency") || absl::StrContains(rest, "include") ||
+                                    absl::StrContains(rest, "embed"))) {
+        // "#pragma GCC dependency FILE" opens FILE.
+        return absl::InvalidArgumentError(absl::StrCat("line ", line, ": this #pragma is not allowed"));
+      }
+      if (directive == "include") {
         if (rest.size() < 3 || rest.front() != '<' || rest.back() != '>') {
           return absl::InvalidArgumentError(absl::StrCat(
               "line ", line, ": only #include <toolkit header> is allowed (no quotes, paths or macros)"));
@@ -123,6 +198,26 @@ absl::Status ScreenIncludes(v1::Backend backend, absl::string_view source) {
       }
     }
     pos = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsAllowedInclude(v1::Backend backend, absl::string_view header) {
+  if (backend != v1::BACKEND_CUDA) return false;  // OpenCL C has no standard headers
+  for (const char* h : kCudaHeaders) {
+    if (header == h) return true;
+  }
+  return false;
+}
+
+absl::Status ScreenIncludes(v1::Backend backend, absl::string_view source) {
+  KF_ASSIGN_OR_RETURN(const std::string text, NormaliseText(source));
+  // Every reading a compiler might use: with and without trigraphs; raw strings in CUDA C++.
+  for (const bool trigraphs : {true, false}) {
+    const Reading r{.trigraphs = trigraphs, .raw_strings = backend == v1::BACKEND_CUDA};
+    KF_RETURN_IF_ERROR(ScreenDirectives(backend, Canonicalise(text, r)));
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,25 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
   schema.Add("queue.url", &opts.queue_url, "redis://host:port of the work queue");
   schema.Add("sandbox.timeout_seconds", &opts.timeout_seconds, "wall-clock limit per candidate",
              [&opts] { return opts.timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
+  schema.Add("sandbox.compile_timeout_seconds", &opts.compile_timeout_seconds,
+             "wall-clock limit per compilation (a macro bomb costs this much, not more)",
+             [&opts] { return opts.compile_timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
+  schema.Add("sandbox.max_timeout_seconds", &opts.max_timeout_seconds,
+             "the largest timeout_seconds a request may ask for (larger ones are refused)",
+             [&opts] { return opts.max_timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
+  schema.Add("sandbox.restrict_files", &opts.restrict_files,
+             "restrict the files sandboxes may open to system libraries, devices and their own folder (Landlock)");
+  schema.Add("sandbox.read_paths", &opts.read_paths,
+             "comma-separated extra paths a restricted sandbox may read (a driver installed elsewhere)");
+  schema.Add("worker.replay_dirs", &opts.replay_dirs,
+             "comma-separated folders replay problems' caches may be read from; empty = no replay caches");
+  schema.Add("limits.max_buffer_mb", &opts.max_buffer_mb, "largest buffer of a request's problem, MB",
+             [&opts] { return opts.max_buffer_mb >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add("limits.max_problem_mb", &opts.max_problem_mb, "all buffers of one size set together, MB",
+             [&opts] { return opts.max_problem_mb >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add("limits.max_held_mb", &opts.max_held_mb,
+             "inputs and reference outputs the worker keeps for all problems together, MB",
+             [&opts] { return opts.max_held_mb >= 1 ? std::string() : std::string("must be >= 1"); });
   schema.Add("sandbox.memory_limit_mb", &opts.memory_limit_mb, "address-space limit of OpenCL sandboxes (CUDA ones are not limited)",
              [&opts] { return opts.memory_limit_mb >= 256 ? std::string() : std::string("must be >= 256"); });
   schema.Add(

@@ -14,6 +14,14 @@ struct WorkerOptions {
   int64_t slots = 1;                       // candidates evaluated at once
   std::string queue_url = "redis://127.0.0.1:6379";
   double timeout_seconds = 60;             // per-candidate wall-clock watchdog
+  double compile_timeout_seconds = 60;     // per compilation, apart from the run watchdog
+  double max_timeout_seconds = 600;        // the most a request may ask for
+  std::string replay_dirs;                 // comma-separated folders replay caches may come from
+  bool restrict_files = true;              // Landlock file jail for sandboxes
+  std::string read_paths;                  // comma-separated extra paths sandboxes may read
+  int64_t max_buffer_mb = 1024;            // one buffer of a request's problem
+  int64_t max_problem_mb = 4096;           // all buffers of one size set
+  int64_t max_held_mb = 4096;              // inputs and reference outputs kept, all problems
   int64_t memory_limit_mb = 8192;          // sandbox address-space limit
   int64_t resident_input_mb = 1024;        // inputs a sandbox keeps between runs
   std::string compile_cache_dir;           // "" = in-memory only

@@ -85,6 +85,8 @@ v1::WorkerInfo WorkerCore::Info() {
 }
 
 absl::StatusOr<v1::EvaluationResult> WorkerCore::Evaluate(const v1::EvaluationRequest& request) {
+  // A request this worker will not run is refused before it takes a slot.
+  if (absl::Status st = evaluator_.CheckRequest(request); !st.ok()) return st;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return absl::UnavailableError("worker is draining");

@@ -1,7 +1,17 @@
 // The catalogue of hostile and broken kernels: each must be refused with the right outcome, and
 // the worker (here: the Evaluator in this test process) must carry on afterwards.
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_replace.h"
 #include "common/clock.h"
@@ -11,6 +21,8 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/gpu-worker/evaluator.h"
+#include "services/gpu-worker/file_jail.h"
+#include "services/gpu-worker/sandbox.h"
 #include "tests/integration/hostile_fixture.h"
 #include "tests/testutil/temp_dir.h"
 
@@ -241,6 +253,22 @@ TEST_F(HostileKernelsTest, IncludesOfWorkerFilesAreRejectedInEverySpelling) {
       "#include_next </etc/passwd>\n",
       "#if __has_include(\"/etc/passwd\")\n#endif\n",
       "#embed \"/etc/passwd\"\n",
+      // Line breaks the compiler honours: a bare carriage return, CR LF, a byte-order mark.
+      "int x;\r#include \"/etc/passwd\"\n",
+      "int x;\r\n#include \"/etc/passwd\"\r\n",
+      "\xEF\xBB\xBF#include \"/etc/passwd\"\n",
+      "\xEF\xBB\xBF\r#include \"/etc/passwd\"\n",
+      // A comment opener inside a string literal opens no comment.
+      "constant char s[] = \"/*\";\n#include \"/etc/passwd\"\n// */\n",
+      // A trigraph splice that a compiler without trigraphs does not splice.
+      "int y; // ?" "?/\n#include \"/etc/passwd\"\n",
+      "#\\ \t\ninclude \"/etc/passwd\"\n",
+      "#pragma GCC dependency \"/etc/passwd\"\n",
+      "#if __has_embed(\"/etc/passwd\")\n#endif\n",
+      // Other encodings and control characters.
+      std::string("\xFF\xFE#\0i\0n\0c\0", 10),
+      "\x1b#include \"/etc/passwd\"\n",
+      "int z; /* \xC0\xAF */\n",
   };
   for (const auto& inc : spellings) {
     v1::EvaluationResult r = Eval(inc + kSeed);
@@ -249,6 +277,150 @@ TEST_F(HostileKernelsTest, IncludesOfWorkerFilesAreRejectedInEverySpelling) {
     EXPECT_EQ(json.find("root:"), std::string::npos) << json;
     EXPECT_EQ(json.find("secret-marker"), std::string::npos) << json;
   }
+}
+
+// Past the screen (sent straight to a sandbox), the compiler itself cannot open a host file: the
+// sandbox runs in a Landlock file jail. The control without the jail shows the test can fail.
+TEST_F(HostileKernelsTest, TheSandboxCannotOpenHostFilesEvenPastTheScreen) {
+  if (LandlockAbi() == 0) GTEST_SKIP() << "Landlock is not available on this kernel";
+  const std::string secret = dir_->Write("leak.h", "#error leaked_secret_token_7731\n");
+  const std::string source = "#include \"" + secret + "\"\n" + std::string(kSeed);
+  for (const bool jail : {false, true}) {
+    SandboxOptions opts;
+    opts.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+    opts.restrict_files = jail;
+    Sandbox sb(opts, v1::BACKEND_OPENCL);
+    v1::SandboxRequest req;
+    req.mutable_compile()->set_source(source);
+    req.mutable_compile()->add_kernels("add");
+    Sandbox::CallResult r = sb.Call(req, 60);
+    ASSERT_EQ(r.status, Sandbox::CallStatus::kOk) << r.message;
+    EXPECT_FALSE(r.response.compile().ok());
+    const std::string& log = r.response.compile().log();
+    if (jail) {
+      EXPECT_EQ(log.find("leaked_secret_token_7731"), std::string::npos) << log;
+      // The jail leaves the runtime working: an honest kernel compiles in the same sandbox.
+      v1::SandboxRequest ok;
+      ok.mutable_compile()->set_source(kSeed);
+      ok.mutable_compile()->add_kernels("add");
+      Sandbox::CallResult r2 = sb.Call(ok, 60);
+      ASSERT_EQ(r2.status, Sandbox::CallStatus::kOk) << r2.message;
+      EXPECT_TRUE(r2.response.compile().ok()) << r2.response.compile().log();
+    } else {
+      EXPECT_NE(log.find("leaked_secret_token_7731"), std::string::npos) << "control: " << log;
+    }
+  }
+}
+
+// A request that carries a real problem's hash with a reference that writes zeros must not
+// change what that problem accepts: caches are keyed by a hash the worker computes.
+TEST_F(HostileKernelsTest, AForgedProblemHashPoisonsNothing) {
+  v1::Problem forged = *problem_;
+  forged.mutable_reference()->set_source(R"(
+__kernel void add_ref(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = 0.0f;
+}
+)");
+  for (const std::string& hash : std::vector<std::string>{problem_->content_hash(), ""}) {
+    forged.set_content_hash(hash);
+    v1::EvaluationRequest req;
+    *req.mutable_problem() = forged;
+    *req.mutable_candidate() = MakeSeedCandidate(forged, {{"WG", 64}});
+    req.mutable_candidate()->set_source(Kernel("  if (i < n) c[i] = 0.0f;"));
+    EXPECT_EQ(evaluator_->Evaluate(req).outcome(), v1::OUTCOME_OK);  // right for the forged problem
+  }
+  ExpectHealthy();  // the real problem still accepts the right kernel
+  v1::EvaluationResult r = Eval(Kernel("  if (i < n) c[i] = 0.0f;"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+}
+
+// A printf flood reaches the worker's stderr only up to the per-request cap.
+TEST_F(HostileKernelsTest, APrintfFloodIsCapped) {
+  testing::TempDir out;
+  const std::string path = out.path() + "/stderr.txt";
+  fflush(stderr);
+  const int saved = dup(2);
+  const int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  dup2(fd, 2);
+  v1::EvaluationResult r =
+      Eval(Kernel("  for (int k = 0; k < 2000; ++k) printf(\"flood %d %d\\n\", i, k);\n  if (i < n) c[i] = a[i] + b[i];"));
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  // 4099 work items x 2000 lines would be ~100 MB per run; each request may pass 64 KB.
+  EXPECT_LT(size, 1u << 20) << Json(r);
+  ExpectHealthy();
+}
+
+// A 40 KB #error line: a compile error with a bounded message, and no crash anywhere.
+TEST_F(HostileKernelsTest, AHugeErrorDirectiveIsABoundedCompileError) {
+  std::string line = "#error ";
+  for (int i = 0; i < 4000; ++i) line += "/usr/x/y ";
+  v1::EvaluationResult r = Eval(line + "\n" + kSeed);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_COMPILE_ERROR) << r.message().substr(0, 300);
+  EXPECT_LE(r.message().size(), 2200u);
+  ExpectHealthy();
+}
+
+// A sandbox killed from outside mid-evaluation (memory pressure, an operator) costs the
+// candidate nothing: it is retried once in a fresh sandbox.
+TEST_F(HostileKernelsTest, ASandboxKilledFromOutsideIsRetriedOnce) {
+  std::atomic<bool> done{false};
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    // Kill the first sandbox child of this process seen during the evaluation, once.
+    for (int tries = 0; tries < 400 && !done; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        const std::string pid_name = e.path().filename().string();
+        if (pid_name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const std::string stat_path = e.path().string() + "/stat";
+        std::ifstream in(stat_path);
+        std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const size_t close_paren = stat.rfind(')');
+        if (stat.find("(kforge-sandbox)") == std::string::npos || close_paren == std::string::npos) continue;
+        std::istringstream fields(stat.substr(close_paren + 2));
+        std::string state;
+        pid_t ppid = 0;
+        fields >> state >> ppid;
+        if (ppid == getpid()) {
+          killed = kill(std::stoi(pid_name), SIGKILL) == 0;
+          return;
+        }
+      }
+    }
+  });
+  // A source never compiled before, so the evaluation spends a while in the sandbox.
+  v1::EvaluationResult r = Eval("#define FRESH_SOURCE_4471 1\n" + std::string(kSeed));
+  done = true;
+  killer.join();
+  ASSERT_TRUE(killed) << "the sandbox was not caught mid-evaluation";
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << Json(r);
+}
+
+// A macro bomb keeps a compiler busy for minutes: the compile stage's own limit ends it.
+TEST_F(HostileKernelsTest, AMacroBombHitsTheCompileLimit) {
+  EvaluatorOptions opts;
+  opts.sandbox.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+  opts.compile_timeout_seconds = 2;
+  RealClock clock;
+  Evaluator ev(opts, clock, MakeLogger("hostile-test", spdlog::level::err));
+  std::string bomb = "#define B0 1+\n";
+  for (int i = 1; i <= 40; ++i) bomb += "#define B" + std::to_string(i) + " B" + std::to_string(i - 1) + " B" + std::to_string(i - 1) + "\n";
+  v1::EvaluationRequest req;
+  *req.mutable_problem() = *problem_;
+  *req.mutable_candidate() = MakeSeedCandidate(*problem_, {{"WG", 64}});
+  req.mutable_candidate()->set_source(bomb + Kernel("  int x = B40 1;\n  if (i < n) c[i] = a[i] + b[i] + 0 * x;"));
+  const auto t0 = std::chrono::steady_clock::now();
+  v1::EvaluationResult r = ev.Evaluate(req);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.outcome() == v1::OUTCOME_TIMEOUT || r.outcome() == v1::OUTCOME_CRASHED) << Json(r);
+  EXPECT_LT(seconds, 20) << Json(r);
 }
 
 TEST_F(HostileKernelsTest, HugeSourceIsRejected) {

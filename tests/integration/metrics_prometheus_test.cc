@@ -62,7 +62,8 @@ TEST(MetricsPrometheusTest, RealPrometheusScrapesTheWorker) {
                 "cache": {"1": {"A": 1, "time": 2.0}, "2": {"A": 2, "time": 1.0}}})");
   // The worker on free ports; it prints the ports it bound.
   testing::BackgroundProcess worker(testing::BinaryDir() + "/services/gpu-worker/kforge-gpu-worker",
-                                    {"--config", dir.Write("worker.yaml", "worker: {backends: replay}\n")},
+                                    {"--config", dir.Write("worker.yaml", "worker: {backends: replay, replay_dirs: \"" +
+                                                                          dir.path() + "/replay\"}\n")},
                                     {"KFORGE_WORKER_SERVER_LISTEN=127.0.0.1:0",
                                      "KFORGE_WORKER_SERVER_METRICS_LISTEN=127.0.0.1:0"});
   const std::string line = worker.WaitForLine("listening ", 30);

@@ -2,7 +2,10 @@
 // deadlines, real evaluations (replay and OpenCL), and the metrics they leave behind.
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "common/clock.h"
 #include "common/logging.h"
@@ -167,6 +170,106 @@ TEST_F(WorkerServiceTest, OpenClExampleOverGrpc) {
   EXPECT_NE(text.find("kforge_worker_sandbox_transfer_bytes_total{backend=\"opencl\",direction="
                       "\"from_sandbox\"}"),
             std::string::npos);
+}
+
+// Every malformed request is refused with a status that names what is wrong, and the worker
+// goes on serving: no request may abort the process or hold its memory.
+TEST_F(WorkerServiceTest, MalformedRequestsAreRefusedAndTheWorkerServesOn) {
+  auto p = LoadProblem(testing::SourceDir() + "/examples/opencl/transpose");
+  ASSERT_TRUE(p.ok()) << p.status();
+  v1::EvaluationRequest good;
+  *good.mutable_problem() = *p;
+  *good.mutable_candidate() = MakeSeedCandidate(*p, *ParamSpace::Create(*p)->DefaultAssignment());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  using Mutation = std::function<void(v1::EvaluationRequest&)>;
+  auto shape = [](const std::vector<std::string>& dims) {
+    return [dims](v1::EvaluationRequest& r) {
+      auto* b = r.mutable_problem()->mutable_buffers(0);
+      b->clear_shape();
+      for (const auto& d : dims) b->add_shape(d);
+    };
+  };
+  const std::vector<std::pair<std::string, Mutation>> cases = {
+      {"unknown dtype", [](auto& r) { r.mutable_problem()->mutable_buffers(0)->set_dtype(static_cast<v1::DType>(99)); }},
+      {"unknown role", [](auto& r) { r.mutable_problem()->mutable_buffers(0)->set_role(static_cast<v1::BufferRole>(42)); }},
+      {"unknown backend", [](auto& r) { r.mutable_problem()->set_backend(static_cast<v1::Backend>(77)); }},
+      {"unknown fill", [](auto& r) { r.mutable_problem()->mutable_buffers(0)->mutable_fill()->set_kind(static_cast<v1::Fill::Kind>(9)); }},
+      {"NaN fill", [nan](auto& r) { r.mutable_problem()->mutable_buffers(0)->mutable_fill()->set_a(nan); }},
+      {"shape N / 0", shape({"N / 0"})},
+      {"overflowing shape", shape({"9223372036854775807", "4"})},
+      {"1e9 x 1e9 shape", shape({"1000000000", "1000000000"})},
+      {"2^60 elements", shape({"1152921504606846976"})},
+      {"zero shape", shape({"0"})},
+      {"no shape", shape({})},
+      {"bad expression", shape({"N +* 2"})},
+      {"NaN atol", [nan](auto& r) { r.mutable_problem()->mutable_check()->set_atol(nan); }},
+      {"infinite rtol", [inf](auto& r) { r.mutable_problem()->mutable_check()->set_rtol(inf); }},
+      {"negative atol", [](auto& r) { r.mutable_problem()->mutable_check()->set_atol(-1); }},
+      {"a million trials", [](auto& r) { r.mutable_problem()->mutable_check()->set_trials(1000000); }},
+      {"timeout 1e300", [](auto& r) { r.set_timeout_seconds(1e300); }},
+      {"timeout 1e6", [](auto& r) { r.set_timeout_seconds(1e6); }},
+      {"NaN timeout", [nan](auto& r) { r.set_timeout_seconds(nan); }},
+      {"negative timeout", [](auto& r) { r.set_timeout_seconds(-5); }},
+      {"no size sets", [](auto& r) { r.mutable_problem()->clear_size_sets(); }},
+      {"zero size", [](auto& r) { (*r.mutable_problem()->mutable_size_sets(0)->mutable_sizes())["N"] = 0; }},
+      {"no buffers", [](auto& r) { r.mutable_problem()->clear_buffers(); }},
+      {"duplicate buffer", [](auto& r) { *r.mutable_problem()->add_buffers() = r.problem().buffers(0); }},
+      {"30,000-character name", [](auto& r) { r.mutable_problem()->set_name(std::string(30000, 'a')); }},
+      {"empty reference", [](auto& r) { r.mutable_problem()->mutable_reference()->clear_source(); }},
+      {"no reference launches", [](auto& r) { r.mutable_problem()->mutable_reference()->clear_launches(); }},
+      {"NaN scalar", [nan](auto& r) {
+         auto* s = r.mutable_problem()->add_scalars();
+         s->set_name("alpha");
+         s->set_dtype(v1::DTYPE_F32);
+         s->set_value(nan);
+       }},
+      {"param without values", [](auto& r) { r.mutable_problem()->mutable_seed()->mutable_params(0)->clear_values(); }},
+      {"empty request", [](auto& r) { r.Clear(); }},
+  };
+  for (const auto& [name, mutate] : cases) {
+    v1::EvaluationRequest req = good;
+    mutate(req);
+    v1::EvaluationResult r;
+    grpc::Status st = Call(req, &r);
+    EXPECT_FALSE(st.ok()) << name << ": accepted, outcome " << r.outcome() << " " << r.message();
+    EXPECT_FALSE(st.error_message().empty()) << name;
+    EXPECT_LE(st.error_message().size(), 1000u) << name;
+  }
+  // Still serving, with every slot free.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::WorkerInfo info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.busy(), 0);
+  if (evaluator_->Probe(v1::BACKEND_OPENCL).available()) {
+    v1::EvaluationResult r;
+    ASSERT_TRUE(Call(good, &r).ok());
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  }
+}
+
+// A replay cache is read only from the configured folders, and never from a device or a pipe.
+TEST_F(WorkerServiceTest, ReplayCachesComeOnlyFromConfiguredFolders) {
+  EvaluatorOptions eo;
+  eo.replay_roots = std::vector<std::string>{dir_.path() + "/replay"};
+  Evaluator restricted(eo, clock_, MakeLogger("worker-test", spdlog::level::warn));
+  v1::EvaluationRequest req = Replay(32, 1);
+  EXPECT_TRUE(restricted.CheckRequest(req).ok());
+  for (const std::string& path : std::vector<std::string>{"/etc/passwd", "/dev/zero", dir_.path() + "/replay/../../x.json"}) {
+    req.mutable_problem()->mutable_replay()->set_cache_path(path);
+    absl::Status st = restricted.CheckRequest(req);
+    EXPECT_TRUE(absl::IsPermissionDenied(st)) << path << ": " << st;
+  }
+  eo.replay_roots = std::vector<std::string>{};
+  Evaluator none(eo, clock_, MakeLogger("worker-test", spdlog::level::warn));
+  EXPECT_TRUE(absl::IsPermissionDenied(none.CheckRequest(Replay(32, 1))));
+  // Unrestricted (the embedded run), /dev/zero is still no cache: an infra error, no crash.
+  req.mutable_problem()->mutable_replay()->set_cache_path("/dev/zero");
+  v1::EvaluationResult r;
+  ASSERT_TRUE(Call(req, &r).ok());
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_INFRA_ERROR);
+  EXPECT_NE(r.message().find("not a regular file"), std::string::npos) << r.message();
 }
 
 }  // namespace

@@ -1,0 +1,117 @@
+#include "services/gpu-worker/file_jail.h"
+
+#include <fcntl.h>
+#include <linux/landlock.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kforge::worker {
+
+namespace {
+
+constexpr uint64_t kFileRead = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE;
+constexpr uint64_t kDirRead = kFileRead | LANDLOCK_ACCESS_FS_READ_DIR;
+constexpr uint64_t kFileWrite = kFileRead | LANDLOCK_ACCESS_FS_WRITE_FILE;
+constexpr uint64_t kDirWrite = kDirRead | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                               LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+                               LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+                               LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                               LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+// Every right of ABI 1: what the ruleset governs (anything not granted below is refused).
+constexpr uint64_t kAbi1 = kDirWrite;
+
+}  // namespace
+
+int LandlockAbi() {
+  const long v = syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  return v < 0 ? 0 : static_cast<int>(v);
+}
+
+FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
+                     const std::vector<std::string>& extra_read) {
+  FileJail j;
+  // Libraries, tools (PoCL runs the system linker), the CUDA toolkit under /usr/local and /opt.
+  j.read_only = {"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/opt",
+                 // The dynamic loader's cache and the OpenCL ICD list; nothing else of /etc.
+                 "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/OpenCL",
+                 // Topology the runtimes read (hwloc, the CUDA driver), and this process's own /proc.
+                 "/sys", "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat"};
+  if (backend == v1::BACKEND_CUDA) {
+    // The NVIDIA driver's own /proc entries and the kernel settings it consults.
+    for (const char* p : {"/proc/driver", "/proc/devices", "/proc/modules", "/proc/sys/vm",
+                          "/etc/nvidia", "/run/nvidia-persistenced", "/var/run/nvidia-persistenced"}) {
+      j.read_only.emplace_back(p);
+    }
+  }
+  j.read_only.insert(j.read_only.end(), extra_read.begin(), extra_read.end());
+  // Device nodes (GPUs, /dev/null, /dev/urandom, /dev/shm) and the sandbox's own folder, which
+  // is its HOME and TMPDIR (the OpenCL runtime's kernel cache lives there).
+  j.read_write = {"/dev", work_dir};
+  return j;
+}
+
+absl::Status ApplyFileJail(const FileJail& jail) {
+  const int abi = LandlockAbi();
+  if (abi <= 0) {
+    return absl::UnavailableError(absl::StrCat("Landlock is not available on this kernel (",
+                                               std::strerror(errno), ")"));
+  }
+  uint64_t handled = kAbi1;
+#ifdef LANDLOCK_ACCESS_FS_REFER
+  if (abi >= 2) handled |= LANDLOCK_ACCESS_FS_REFER;
+#endif
+#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
+  if (abi >= 3) handled |= LANDLOCK_ACCESS_FS_TRUNCATE;
+#endif
+  landlock_ruleset_attr attr{};
+  attr.handled_access_fs = handled;
+  const int ruleset = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0));
+  if (ruleset < 0) {
+    return absl::InternalError(absl::StrCat("landlock_create_ruleset: ", std::strerror(errno)));
+  }
+  auto add = [&](const std::string& path, bool write) -> absl::Status {
+    const int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
+    if (fd < 0) return absl::OkStatus();  // not on this machine
+    struct stat st {};
+    fstat(fd, &st);
+    const bool dir = S_ISDIR(st.st_mode);
+    landlock_path_beneath_attr rule{};
+    rule.parent_fd = fd;
+    rule.allowed_access = (dir ? (write ? kDirWrite : kDirRead) : (write ? kFileWrite : kFileRead)) & handled;
+#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
+    if (write && abi >= 3) rule.allowed_access |= LANDLOCK_ACCESS_FS_TRUNCATE;
+#endif
+#ifdef LANDLOCK_ACCESS_FS_REFER
+    if (write && dir && abi >= 2) rule.allowed_access |= LANDLOCK_ACCESS_FS_REFER;
+#endif
+    const long r = syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+    const int err = errno;
+    close(fd);
+    if (r < 0) return absl::InternalError(absl::StrCat("landlock_add_rule ", path, ": ", std::strerror(err)));
+    return absl::OkStatus();
+  };
+  absl::Status st;
+  for (const auto& p : jail.read_only) {
+    if (st.ok()) st = add(p, false);
+  }
+  for (const auto& p : jail.read_write) {
+    if (st.ok()) st = add(p, true);
+  }
+  if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    st = absl::InternalError(absl::StrCat("PR_SET_NO_NEW_PRIVS: ", std::strerror(errno)));
+  }
+  if (st.ok() && syscall(SYS_landlock_restrict_self, ruleset, 0) != 0) {
+    st = absl::InternalError(absl::StrCat("landlock_restrict_self: ", std::strerror(errno)));
+  }
+  close(ruleset);
+  return st;
+}
+
+}  // namespace kforge::worker

@@ -1,0 +1,33 @@
+#pragma once
+
+// Restricts which files the calling process (and everything it later starts) may open, with
+// Linux Landlock. The sandbox applies it to itself before it opens a device or compiles anything,
+// so a compiler fooled into `#include "/etc/passwd"` (past the include screen) cannot open the
+// file: the screen is the first line, this is the second.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kforge/v1/problem.pb.h"
+
+namespace kforge::worker {
+
+struct FileJail {
+  std::vector<std::string> read_only;   // folders and files that may be read (and executed)
+  std::vector<std::string> read_write;  // folders and files that may also be written
+};
+
+// What a sandbox of `backend` needs: the system's libraries and tools, the ICD and driver files,
+// device nodes, its own working folder, and `extra_read` (sandbox.read_paths).
+FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
+                     const std::vector<std::string>& extra_read);
+
+// Whether this kernel supports Landlock (0 if not; else its ABI version).
+int LandlockAbi();
+
+// Applies the jail to this process for good. Paths that do not exist are skipped. Unavailable
+// (old kernel, Landlock disabled) is an error the caller decides about.
+[[nodiscard]] absl::Status ApplyFileJail(const FileJail& jail);
+
+}  // namespace kforge::worker
