@@ -74,14 +74,16 @@ int main(int argc, char** argv) {
   core.ProbeBackends();
   worker::WorkerAdminServiceImpl service(core);
   log->info("worker_id={}", opts.worker_id);
-  // In-flight evaluations get 25 s to finish after a drain; then their sandboxes are killed
-  // (they end as infra errors) so that the server's 30 s shutdown deadline holds.
+  // In-flight evaluations get drain_seconds to finish after a drain; then their sandboxes are
+  // killed (they end as infra errors) so that the server's shutdown deadline holds.
   std::thread interrupter;
-  const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service}, registry, log, 30,
-                                  [&] {
+  const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service}, registry, log,
+                                  opts.drain_seconds + 5, [&] {
                                     core.Drain();
-                                    interrupter = std::thread([&evaluator, &core] {
-                                      for (int i = 0; i < 250 && core.Info().busy() > 0; ++i) {
+                                    interrupter = std::thread([&evaluator, &core, &opts] {
+                                      const auto until = std::chrono::steady_clock::now() +
+                                                         std::chrono::duration<double>(opts.drain_seconds);
+                                      while (std::chrono::steady_clock::now() < until && core.Info().busy() > 0) {
                                         std::this_thread::sleep_for(std::chrono::milliseconds(100));
                                       }
                                       evaluator.Interrupt();

@@ -25,6 +25,9 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
   schema.Add("sandbox.compile_timeout_seconds", &opts.compile_timeout_seconds,
              "wall-clock limit per compilation (a macro bomb costs this much, not more)",
              [&opts] { return opts.compile_timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
+  schema.Add("worker.drain_seconds", &opts.drain_seconds,
+             "on SIGTERM, how long evaluations in flight may go on before their sandboxes are killed",
+             [&opts] { return opts.drain_seconds >= 0 && opts.drain_seconds <= 3600 ? std::string() : std::string("must be 0 to 3600"); });
   schema.Add("sandbox.max_timeout_seconds", &opts.max_timeout_seconds,
              "the largest timeout_seconds a request may ask for (larger ones are refused)",
              [&opts] { return opts.max_timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });

@@ -1,7 +1,11 @@
 // The worker's gRPC admin service end to end: a real server on a free port, a real client with
 // deadlines, real evaluations (replay and OpenCL), and the metrics they leave behind.
 
+#include <signal.h>
+
 #include <chrono>
+#include <cstdio>
+#include <thread>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -18,6 +22,7 @@
 #include "kforge/v1/worker.grpc.pb.h"
 #include "prometheus/text_serializer.h"
 #include "services/gpu-worker/worker_service.h"
+#include "tests/testutil/background_process.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge::worker {
@@ -270,6 +275,52 @@ TEST_F(WorkerServiceTest, ReplayCachesComeOnlyFromConfiguredFolders) {
   ASSERT_TRUE(Call(req, &r).ok());
   EXPECT_EQ(r.outcome(), v1::OUTCOME_INFRA_ERROR);
   EXPECT_NE(r.message().find("not a regular file"), std::string::npos) << r.message();
+}
+
+// SIGTERM while a candidate hangs for the longest timeout a request may ask: the worker drains,
+// kills the sandbox after worker.drain_seconds, answers the call and exits 0.
+TEST_F(WorkerServiceTest, SigtermEndsAHangingEvaluationAndTheProcess) {
+  if (!evaluator_->Probe(v1::BACKEND_OPENCL).available()) GTEST_SKIP() << "no OpenCL device";
+  testing::BackgroundProcess worker(
+      testing::BinaryDir() + "/services/gpu-worker/kforge-gpu-worker",
+      {"--config", dir_.Write("worker.yaml", "worker: {backends: opencl, drain_seconds: 1}\n")},
+      {"KFORGE_WORKER_SERVER_LISTEN=127.0.0.1:0", "KFORGE_WORKER_SERVER_METRICS_LISTEN=127.0.0.1:0"});
+  const std::string line = worker.WaitForLine("listening ", 30);
+  ASSERT_FALSE(line.empty()) << "worker did not start";
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc_port, &metrics_port), 2) << line;
+  auto stub = v1::WorkerAdminService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
+
+  auto p = LoadProblem(testing::SourceDir() + "/examples/opencl/transpose");
+  ASSERT_TRUE(p.ok()) << p.status();
+  v1::EvaluationRequest req;
+  *req.mutable_problem() = *p;
+  *req.mutable_candidate() = MakeSeedCandidate(*p, *ParamSpace::Create(*p)->DefaultAssignment());
+  std::string source = req.candidate().source();
+  const size_t body = source.find('{');
+  ASSERT_NE(body, std::string::npos);
+  source.insert(body + 1, "\n  for (;;) {}\n");
+  req.mutable_candidate()->set_source(source);
+  req.set_timeout_seconds(600);
+
+  grpc::Status status;
+  v1::EvaluationResult result;
+  std::thread call([&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    status = stub->Evaluate(&ctx, req, &result);
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // compiled and spinning by now
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = worker.Kill(SIGTERM);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  call.join();
+  EXPECT_EQ(rc, 0);
+  EXPECT_LT(seconds, 15);
+  if (status.ok()) {
+    EXPECT_NE(result.outcome(), v1::OUTCOME_OK);
+  }
 }
 
 }  // namespace

@@ -62,11 +62,11 @@ std::string BackgroundProcess::WaitForLine(const std::string& prefix, double tim
   }
 }
 
-void BackgroundProcess::Kill(int sig) {
-  if (pid_ <= 0) return;
+int BackgroundProcess::Kill(int sig) {
+  if (pid_ <= 0) return -1;
   kill(-pid_, sig);
   kill(pid_, sig);
-  Wait();
+  return Wait();
 }
 
 int BackgroundProcess::Wait() {

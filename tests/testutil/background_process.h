@@ -23,7 +23,8 @@ class BackgroundProcess {
   // The next stdout line that starts with `prefix`, waiting up to timeout_seconds ("" on timeout
   // or exit).
   std::string WaitForLine(const std::string& prefix, double timeout_seconds);
-  void Kill(int signal = 9);
+  // Signals the process (and its group) and waits for it; returns what Wait returns.
+  int Kill(int signal = 9);
   // Waits for the process to exit; returns its exit code (-1 when killed by a signal).
   int Wait();
 
