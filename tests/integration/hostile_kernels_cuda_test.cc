@@ -204,8 +204,11 @@ TEST_F(HostileCudaTest, IllegalAddressCrashesAndWorkerSurvives) {
 }
 
 TEST_F(HostileCudaTest, IncludeOfWorkerFilesIsRejected) {
-  for (const std::string inc : {"#include \"/etc/passwd\"\n", "#include <../../etc/passwd>\n",
-                                "%:include </etc/passwd>\n"}) {
+  for (const std::string& inc : std::vector<std::string>{
+           "#include \"/etc/passwd\"\n", "#include <../../etc/passwd>\n", "%:include </etc/passwd>\n",
+           "int x;\r#include \"/etc/passwd\"\n", "\xEF\xBB\xBF#include \"/etc/passwd\"\n",
+           "const char* s = \"/*\";\n#include \"/etc/passwd\"\n// */\n", "int y; // ?" "?/\n#include \"/etc/passwd\"\n",
+           "#pragma GCC dependency \"/etc/passwd\"\n", "#if __has_include(\"/etc/passwd\")\n#endif\n"}) {
     v1::EvaluationResult r = Eval(inc + kSeed);
     EXPECT_EQ(r.outcome(), v1::OUTCOME_REJECTED) << inc;
     EXPECT_EQ(Json(r).find("root:"), std::string::npos);

@@ -2,6 +2,7 @@
 // of the worker), the resource limits it runs under, and its empty working folder.
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -79,6 +80,35 @@ TEST(SandboxTest, InheritsNoSecretsNoDescriptorsAndRunsUnderLimits) {
 
   close(leaked);
   unsetenv("KFORGE_TEST_DATABASE_PASSWORD");
+}
+
+// A worker killed with -9 leaves its sandboxes' folders behind; the next worker removes the
+// folders of processes that no longer exist, and only those.
+TEST(SandboxTest, FoldersOfDeadWorkersAreRemoved) {
+  testing::TempDir tmp;
+  const std::string stale = tmp.path() + "/kforge-sandbox-999999999-abcdef";
+  const std::string live = tmp.path() + "/kforge-sandbox-" + std::to_string(getppid()) + "-abcdef";
+  const std::string other = tmp.path() + "/kforge-sandbox-notapid";
+  for (const auto& d : {stale, live, other}) fs::create_directories(d + "/sub");
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("TMPDIR", tmp.path().c_str(), 1);
+  {
+    SandboxOptions opts;
+    opts.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+    Sandbox sb(opts, v1::BACKEND_OPENCL);
+    ASSERT_TRUE(sb.EnsureStarted().ok());
+    EXPECT_EQ(sb.work_dir().rfind(tmp.path() + "/kforge-sandbox-" + std::to_string(getpid()) + "-", 0), 0u)
+        << sb.work_dir();
+  }
+  if (old != nullptr) {
+    setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
 }
 
 TEST(SandboxTest, MissingBinaryIsAClearError) {
