@@ -28,7 +28,7 @@ struct EvaluatorOptions {
   ScreenOptions screen;
   std::string worker_id = "local";
   // Its own limit: a macro bomb keeps a compiler busy whatever the run timeout says.
-  double compile_timeout_seconds = 60;
+  double compile_timeout_seconds = 30;
   double run_timeout_seconds = 60;  // per sandbox run request (the watchdog)
   // What a request may ask for: its problem's size (checked before anything runs) and its
   // timeout (0 means run_timeout_seconds).

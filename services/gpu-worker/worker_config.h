@@ -14,7 +14,7 @@ struct WorkerOptions {
   int64_t slots = 1;                       // candidates evaluated at once
   std::string queue_url = "redis://127.0.0.1:6379";
   double timeout_seconds = 60;             // per-candidate wall-clock watchdog
-  double compile_timeout_seconds = 60;     // per compilation, apart from the run watchdog
+  double compile_timeout_seconds = 30;     // per compilation, apart from the run watchdog
   double drain_seconds = 25;               // on SIGTERM: time for evaluations in flight
   double max_timeout_seconds = 600;        // the most a request may ask for
   std::string replay_dirs;                 // comma-separated folders replay caches may come from
