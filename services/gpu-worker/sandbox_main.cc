@@ -4,8 +4,9 @@
 //
 //   kforge-sandbox [--jail] [--backend opencl|cuda] [--read PATH]...
 //
-// --jail restricts the files this process may open (file_jail.h) before it opens a device:
-// system libraries and tools, device nodes, its working folder, and each --read PATH.
+// --jail restricts the files this process may open (file_jail.h) once its device is open and
+// before it sees a candidate: system libraries and tools, device nodes, its working folder, and
+// each --read PATH.
 
 #include <unistd.h>
 
@@ -36,19 +37,22 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (jail) {
-    char cwd[4096];
-    if (getcwd(cwd, sizeof(cwd)) == nullptr) return 126;
-    if (absl::Status st = worker::ApplyFileJail(worker::SandboxJail(backend, cwd, extra_read)); !st.ok()) {
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return 126;
+  const std::string work_dir = cwd;
+  // After the device opened (drivers read their files first), before any candidate arrives.
+  auto restrict = [&] {
+    if (!jail) return;
+    if (absl::Status st = worker::ApplyFileJail(worker::SandboxJail(backend, work_dir, extra_read)); !st.ok()) {
       // The include screen still stands; the worker logs this line.
       std::fprintf(stderr, "kforge-sandbox: file access is not restricted: %s\n",
                    std::string(st.message()).c_str());
     }
-  }
+  };
   (void)KeepLargeAllocationsInHeap();  // if refused, buffer moves are only slower
   // Keep stdout for frames only: anything a driver or a kernel's printf writes goes to stderr,
   // which the worker drains with a cap.
   const int frames_out = dup(1);
   dup2(2, 1);
-  return worker::ServeSandbox(0, frames_out, worker::MakeBackend);
+  return worker::ServeSandbox(0, frames_out, worker::MakeBackend, restrict);
 }

@@ -265,8 +265,10 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
   return r;
 }
 
-int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
+int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
+                 const std::function<void()>& after_open) {
   std::unique_ptr<DeviceBackend> backend;
+  bool opened = false;
   ResidentStore resident;
   while (true) {
     v1::SandboxRequest req;
@@ -283,6 +285,12 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory) {
         } else {
           *resp.mutable_hello() = backend->Init();
           if (!resp.hello().available()) backend.reset();
+        }
+        // Restricted whether or not a device opened: compile requests are refused without one,
+        // but nothing after the hello runs unrestricted.
+        if (!opened && after_open) {
+          after_open();
+          opened = true;
         }
         break;
       case v1::SandboxRequest::kCompile:
