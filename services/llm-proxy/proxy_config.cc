@@ -15,7 +15,7 @@ ConfigSchema::Check InRange(const int64_t* value, int64_t lo, int64_t hi) {
 }  // namespace
 
 void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts) {
-  AddServerFields(schema, opts.server, "0.0.0.0:7071", "0.0.0.0:9471");
+  AddServerFields(schema, opts.server, "127.0.0.1:7071", "127.0.0.1:9471");
   schema.Add("llm.providers_file", &opts.providers_file,
              "YAML file of model providers; empty = parametric mutator only");
   schema.Add("llm.cache_dir", &opts.cache_dir, "model response cache folder; empty = memory only");
