@@ -5,6 +5,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -43,6 +44,7 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
 int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal) {
+  LogListenAddresses(listen, metrics_listen, log);
   auto server = StartGrpcServer(listen, services);
   if (!server.ok()) {
     log->error("{}", server.status().message());
@@ -61,6 +63,25 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(static_cast<int64_t>(shutdown_seconds * 1000)));
   return 0;
+}
+
+bool IsLoopbackAddress(const std::string& host_port) {
+  if (absl::StartsWith(host_port, "unix:")) return true;
+  const size_t colon = host_port.rfind(':');
+  std::string host = host_port.substr(0, colon == std::string::npos ? host_port.size() : colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log) {
+  log->info("binding grpc={} metrics={}", listen, metrics_listen);
+  for (const std::string* a : {&listen, &metrics_listen}) {
+    if (!IsLoopbackAddress(*a)) {
+      log->warn("{} is reachable from other machines and kforge has no authentication: until authentication "
+                "exists, protect this port (firewall, private network)",
+                *a);
+    }
+  }
 }
 
 void BlockTerminationSignals() {

@@ -43,6 +43,13 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr);
 
+// Whether a listen address (host:port) is reachable from this machine only: 127.x.x.x, ::1,
+// localhost, or a unix: socket.
+bool IsLoopbackAddress(const std::string& host_port);
+// Logs the addresses a service binds, and warns for each one that is not loopback: kforge has
+// no authentication yet, so such a port must be protected by the deployment.
+void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log);
+
 // Blocks until SIGINT or SIGTERM; call BlockTerminationSignals() first, before any thread starts.
 void BlockTerminationSignals();
 int WaitForTerminationSignal();

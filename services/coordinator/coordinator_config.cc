@@ -5,7 +5,7 @@
 namespace kforge::coordinator {
 
 void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
-  AddServerFields(schema, opts.server, "0.0.0.0:7070", "0.0.0.0:9470");
+  AddServerFields(schema, opts.server, "127.0.0.1:7070", "127.0.0.1:9470");
   schema.Add("store.kind", &opts.store_kind, "sqlite or postgres", [&opts] {
     return opts.store_kind == "sqlite" || opts.store_kind == "postgres"
                ? std::string()

@@ -7,7 +7,7 @@
 namespace kforge::worker {
 
 void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
-  AddServerFields(schema, opts.server, "0.0.0.0:7072", "0.0.0.0:9472");
+  AddServerFields(schema, opts.server, "127.0.0.1:7072", "127.0.0.1:9472");
   schema.Add("worker.id", &opts.worker_id, "worker id; empty = hostname-pid");
   schema.Add("worker.backends", &opts.backends, "comma-separated: opencl, cuda, replay", [&opts] {
     for (absl::string_view b : absl::StrSplit(opts.backends, ',', absl::SkipEmpty())) {

@@ -275,15 +275,17 @@ absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient
   return out;
 }
 
-absl::StatusOr<v1::MutateResponse> MixedMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
+absl::StatusOr<v1::MutateResponse> MixedMutator::MutateCancellable(const v1::MutateRequest& req, const SeenFn& seen,
+                                                                    const CancelledFn& cancelled) {
   // A stream of its own: the coordinator derives its own choices for this proposal (such as
   // whether it is a global draw) from the same seed, and the two must not move together.
   std::mt19937_64 rng(req.seed() ^ 0xd1b54a32d192ed03ULL);
   if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_) {
+    if (cancelled()) return absl::CancelledError("the mutation was cancelled before the model call");
     auto r = llm_->Mutate(req, seen);
     if (r.ok() && !r->children().empty()) return r;
     // The model failed or repeated itself: the knob tuner still makes progress; keep the usage.
-    auto fallback = parametric_.Mutate(req, seen);
+    auto fallback = parametric_.MutateCancellable(req, seen, cancelled);
     if (!fallback.ok()) return fallback;
     const std::string why = r.ok() ? r->message() : std::string(r.status().message());
     if (r.ok()) {
@@ -294,7 +296,7 @@ absl::StatusOr<v1::MutateResponse> MixedMutator::Mutate(const v1::MutateRequest&
                               : absl::StrCat(why, "; fell back to the parametric mutator"));
     return fallback;
   }
-  return parametric_.Mutate(req, seen);
+  return parametric_.MutateCancellable(req, seen, cancelled);
 }
 
 }  // namespace kforge::llm

@@ -17,6 +17,7 @@
 
 #include "common/logging.h"
 #include "common/mutator.h"
+#include "services/llm-proxy/cancellable_mutator.h"
 #include "services/llm-proxy/provider.h"
 
 namespace kforge::llm {
@@ -77,17 +78,20 @@ struct ConfiguredLlm {
 [[nodiscard]] absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient& http,
                                                            uint64_t jitter_seed, Logger log);
 
-class MixedMutator final : public Mutator {
+// A model call is not interrupted by `cancelled` (its provider's timeout bounds it), but none is
+// started, and no fallback run, once it is true.
+class MixedMutator final : public CancellableMutator {
  public:
-  MixedMutator(Mutator& parametric, Mutator* llm, double llm_probability)
+  MixedMutator(CancellableMutator& parametric, Mutator* llm, double llm_probability)
       : parametric_(parametric), llm_(llm), probability_(llm == nullptr ? 0 : llm_probability) {}
-  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+  absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
+                                                       const CancelledFn& cancelled) override;
   bool WantsSeenHashes() const override {
     return parametric_.WantsSeenHashes() || (llm_ != nullptr && llm_->WantsSeenHashes());
   }
 
  private:
-  Mutator& parametric_;
+  CancellableMutator& parametric_;
   Mutator* llm_;
   double probability_;
 };

@@ -1,9 +1,8 @@
 // kforge-llm-proxy: serves LlmProxyService.Mutate: the parametric mutator, and the LLM mutator
-// for a share of the calls when providers are configured.
+// for a share of the calls when providers are configured. SIGINT/SIGTERM: new calls are refused,
+// calls under way stop at their next check, the server gets a short grace, and the process exits 0.
 
-#include <chrono>
 #include <iostream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -24,7 +23,7 @@ int main(int argc, char** argv) {
   }
   BlockTerminationSignals();
   auto log = MakeLogger("llm-proxy", *ParseLogLevel(opts.server.log_level));
-  llm::ParametricMutator parametric;
+  llm::ParametricMutator parametric({.max_cached_spaces = static_cast<size_t>(opts.cached_spaces)});
   llm::CurlHttpClient http;
   llm::ConfiguredLlm model;
   double probability = 0;
@@ -43,7 +42,16 @@ int main(int argc, char** argv) {
     log->info("no providers configured: parametric mutations only");
   }
   llm::MixedMutator mutator(parametric, model.mutator.get(), probability);
-  llm::LlmProxyServiceImpl service(mutator);
+  llm::LlmProxyServiceImpl service(
+      mutator, {.threads = static_cast<int>(opts.threads),
+                .queue = static_cast<int>(opts.queue),
+                .limits = {.max_count = opts.max_count}});
+  log->info("threads={} queue={} max_count={} cached_spaces={}", opts.threads, opts.queue, opts.max_count,
+            opts.cached_spaces);
+  // Mutations check for the stop often, and a model call is bounded by its provider's timeout:
+  // the server's grace is short. The service's destructor then joins the worker threads.
+  constexpr double kShutdownSeconds = 2;
   return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
-                          std::make_shared<prometheus::Registry>(), log, 10);
+                          std::make_shared<prometheus::Registry>(), log, kShutdownSeconds,
+                          [&service] { service.BeginShutdown(); });
 }

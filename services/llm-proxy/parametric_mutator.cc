@@ -78,27 +78,56 @@ std::optional<std::vector<int>> Position(const ParamSpace& space, const v1::Cand
   return space.ValueIndices(ParamAssignment(parent.params().begin(), parent.params().end()));
 }
 
+// What a problem's space depends on: its knobs, constraints, defines and size sets.
+std::string SpaceKey(const v1::Problem& problem) {
+  v1::Problem defining;
+  *defining.mutable_size_sets() = problem.size_sets();
+  *defining.mutable_seed()->mutable_params() = problem.seed().params();
+  *defining.mutable_seed()->mutable_constraints() = problem.seed().constraints();
+  *defining.mutable_seed()->mutable_defines() = problem.seed().defines();
+  return HashProblem(defining);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutator::SpaceFor(
     const v1::Problem& problem) {
-  // A problem without a content hash (a client that never set it) is keyed by its computed one:
-  // keying by "" would hand every such problem the first one's space.
-  const std::string key = problem.content_hash().empty() ? HashProblem(problem) : problem.content_hash();
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = spaces_.find(key);
-  if (it != spaces_.end()) return it->second;
+  const std::string key = SpaceKey(problem);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = spaces_.find(key);
+    if (it != spaces_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second.recent);
+      return it->second.space;
+    }
+  }
+  // Parsed outside the lock: a large space does not hold up calls for other problems.
   auto space = ParamSpace::Create(problem);
   if (!space.ok()) return space.status();
   std::vector<std::vector<int>> ladders, favoured;
   for (const v1::Param& p : space->params()) {
+    if (p.values().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("problem.seed.params '", p.name(), "' has no values"));
+    }
     ladders.push_back(PowerOfTwoPositions(p));
     favoured.push_back(FavouredPositions(p, ladders.back()));
   }
   auto shared = std::make_shared<const Space>(
       Space{*std::move(space), std::move(ladders), std::move(favoured)});
-  spaces_[key] = shared;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = spaces_.find(key); it != spaces_.end()) return it->second.space;  // raced: one wins
+  recent_.push_front(key);
+  spaces_[key] = Cached{shared, recent_.begin()};
+  while (spaces_.size() > std::max<size_t>(1, options_.max_cached_spaces)) {
+    spaces_.erase(recent_.back());
+    recent_.pop_back();
+  }
   return shared;
+}
+
+size_t ParametricMutator::cached_spaces() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spaces_.size();
 }
 
 bool ParametricMutator::Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
@@ -116,6 +145,7 @@ bool ParametricMutator::Acceptable(const ParamSpace& space, const v1::Candidate&
 std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
                                                             const v1::Candidate& parent,
                                                             const SeenFn& seen,
+                                                            const CancelledFn& cancelled,
                                                             std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   std::vector<int> tunable;
@@ -166,6 +196,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
   int max_n = 0;
   for (int p : tunable) max_n = std::max(max_n, params[p].values_size());
   for (int dist = 1; dist < max_n; ++dist) {
+    if (cancelled()) return std::nullopt;
     std::vector<std::pair<int, int>> moves;
     for (int p : tunable) {
       for (int delta : {-dist, dist}) {
@@ -214,8 +245,8 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
 }
 
 std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1::Candidate& parent,
-                                                        const SeenFn& seen, double* power_of_two,
-                                                        std::mt19937_64& rng) const {
+                                                        const SeenFn& seen, const CancelledFn& cancelled,
+                                                        double* power_of_two, std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   const int64_t total = space.TotalAssignments();
   std::uniform_int_distribution<int64_t> pick(0, total - 1);
@@ -241,6 +272,8 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
   if (total <= options_.max_scan) {
     const int64_t start = pick(rng);
     for (int64_t i = 0; i < total; ++i) {
+      // Millions of points may take seconds: stop when nobody waits for the answer.
+      if (i % 1024 == 0 && cancelled()) return std::nullopt;
       ParamAssignment a = space.Decode((start + i) % total);
       if (Acceptable(space, parent, a, seen, &hash)) return a;
     }
@@ -248,8 +281,11 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
   return std::nullopt;
 }
 
-absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
+absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1::MutateRequest& req,
+                                                                         const SeenFn& seen,
+                                                                         const CancelledFn& cancelled) {
   if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
+  if (req.count() < 0) return absl::InvalidArgumentError(absl::StrCat("count ", req.count(), " is negative"));
   auto space_or = SpaceFor(req.problem());
   if (!space_or.ok()) return space_or.status();
   const Space& s = **space_or;
@@ -265,6 +301,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
   double jump_bias = options_.power_of_two_jumps;
   double reset_bias = options_.power_of_two_resets;
   for (int i = 0; i < count; ++i) {
+    if (cancelled()) return absl::CancelledError("the mutation was cancelled (the caller left or the proxy stops)");
     const v1::Candidate& p1 = req.parents(0).candidate();
     std::optional<ParamAssignment> child;
     std::string note;
@@ -291,16 +328,19 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::Mutate(const v1::MutateReq
     const bool explore = req.strategy() == "explore" || global;
     const bool exploit = req.strategy() == "exploit";
     if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
-      child = Reset(s, p1, seen_all, global ? &jump_bias : &reset_bias, rng);
+      child = Reset(s, p1, seen_all, cancelled, global ? &jump_bias : &reset_bias, rng);
       note = global ? "global draw" : "random reset";
     }
     if (!child) {
-      child = Neighbour(s, p1, seen_all, rng);
+      child = Neighbour(s, p1, seen_all, cancelled, rng);
       note = "neighbour";
     }
     if (!child) {
-      child = Reset(s, p1, seen_all, &reset_bias, rng);
+      child = Reset(s, p1, seen_all, cancelled, &reset_bias, rng);
       note = "random reset (no unseen neighbour)";
+    }
+    if (!child && cancelled()) {
+      return absl::CancelledError("the mutation was cancelled (the caller left or the proxy stops)");
     }
     if (!child) {
       resp.set_message("parameter space exhausted: every valid assignment was already proposed");

@@ -12,6 +12,7 @@
 // (MutateRequest.strategy): "explore" asks for resets, "global" for a wide sample of resets to
 // screen, "perturb" for a jump of two to four knobs, "exploit" for neighbours only.
 
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,8 +20,8 @@
 #include <set>
 #include <vector>
 
-#include "common/mutator.h"
 #include "common/param_space.h"
+#include "services/llm-proxy/cancellable_mutator.h"
 
 namespace kforge::llm {
 
@@ -43,18 +44,25 @@ struct ParametricOptions {
   double power_of_two_jumps = 1.0;
   double power_of_two_resets = 0.5;
   int64_t max_scan = 1 << 22;        // the largest space scanned exhaustively for unseen points
+  // Problems whose spaces stay cached (least recently used goes first). A space is a few KB to a
+  // few MB (its declared values, parsed constraints and size sets); a proxy serves a handful of
+  // jobs at a time, and a miss costs only re-parsing the constraints.
+  size_t max_cached_spaces = 64;
 };
 
 // Knobs with fewer power-of-two values (a tile of 1..4, a flag) step by positions only: a 3
 // between 2 and 4 is as likely a good value as either.
 inline constexpr int kMinPowerOfTwoLadder = 4;
 
-class ParametricMutator final : public Mutator {
+class ParametricMutator final : public CancellableMutator {
  public:
   explicit ParametricMutator(ParametricOptions options = {}, ValidityFn extra_validity = nullptr)
       : options_(options), validity_(std::move(extra_validity)) {}
 
-  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+  absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
+                                                       const CancelledFn& cancelled) override;
+  // Spaces cached now (at most options.max_cached_spaces).
+  size_t cached_spaces() const;
 
  private:
   // A problem's space, with each knob's power-of-two positions (in declared order) worked out once:
@@ -70,7 +78,8 @@ class ParametricMutator final : public Mutator {
   bool Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
                   const SeenFn& seen, std::string* hash) const;
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
-                                           const SeenFn& seen, std::mt19937_64& rng) const;
+                                           const SeenFn& seen, const CancelledFn& cancelled,
+                                           std::mt19937_64& rng) const;
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const Space& s, const v1::Candidate& parent,
                                          const SeenFn& seen, std::mt19937_64& rng) const;
@@ -78,13 +87,20 @@ class ParametricMutator final : public Mutator {
   // range end) with `*power_of_two` chance; sets it to 0 when the first few such draws find nothing
   // unseen (they are used up).
   std::optional<ParamAssignment> Reset(const Space& s, const v1::Candidate& parent,
-                                       const SeenFn& seen, double* power_of_two,
-                                       std::mt19937_64& rng) const;
+                                       const SeenFn& seen, const CancelledFn& cancelled,
+                                       double* power_of_two, std::mt19937_64& rng) const;
 
   ParametricOptions options_;
   ValidityFn validity_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const Space>> spaces_;  // by problem hash
+  mutable std::mutex mu_;
+  // By a hash of what defines a space (knobs, constraints, defines, size sets): never by the
+  // request's own content_hash, which a client could set to another problem's.
+  struct Cached {
+    std::shared_ptr<const Space> space;
+    std::list<std::string>::iterator recent;  // its key in recent_
+  };
+  std::map<std::string, Cached> spaces_;
+  std::list<std::string> recent_;  // keys, most recently used first
 };
 
 // Builds the child candidate of `parent` with other params (source and plan unchanged).

@@ -1,9 +1,21 @@
 #include "services/llm-proxy/proxy_config.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace kforge::llm {
 
+namespace {
+
+ConfigSchema::Check InRange(const int64_t* value, int64_t lo, int64_t hi) {
+  return [value, lo, hi] {
+    return *value >= lo && *value <= hi ? std::string() : absl::StrCat("must be between ", lo, " and ", hi);
+  };
+}
+
+}  // namespace
+
 void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts) {
-  AddServerFields(schema, opts.server, "0.0.0.0:7071", "0.0.0.0:9471");
+  AddServerFields(schema, opts.server, "127.0.0.1:7071", "127.0.0.1:9471");
   schema.Add("llm.providers_file", &opts.providers_file,
              "YAML file of model providers; empty = parametric mutator only");
   schema.Add("llm.cache_dir", &opts.cache_dir, "model response cache folder; empty = memory only");
@@ -13,6 +25,17 @@ void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts) {
                           ? std::string()
                           : std::string("must be between 0 and 1");
              });
+  schema.Add("proxy.threads", &opts.threads, "worker threads: mutations running at once",
+             InRange(&opts.threads, 1, 1024));
+  schema.Add("proxy.queue", &opts.queue,
+             "mutations waiting for a thread; a request beyond that is refused (RESOURCE_EXHAUSTED)",
+             InRange(&opts.queue, 0, 1 << 20));
+  schema.Add("proxy.max_count", &opts.max_count,
+             "most children one request may ask for (the coordinator asks up to 512 per global draw)",
+             InRange(&opts.max_count, 1, 1 << 20));
+  schema.Add("proxy.cached_spaces", &opts.cached_spaces,
+             "problems whose parsed search spaces stay cached (least recently used go first)",
+             InRange(&opts.cached_spaces, 1, 1 << 20));
 }
 
 }  // namespace kforge::llm

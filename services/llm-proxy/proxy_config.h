@@ -12,6 +12,10 @@ struct ProxyOptions {
   std::string providers_file;   // YAML list of providers and models; "" = parametric only
   std::string cache_dir;        // response cache; "" = memory only
   double llm_probability = 0.8; // share of mutations asked of a model when one is configured
+  int64_t threads = 8;          // worker threads: mutations running at once
+  int64_t queue = 64;           // mutations waiting for a thread; beyond that, RESOURCE_EXHAUSTED
+  int64_t max_count = 4096;     // children one request may ask for
+  int64_t cached_spaces = 64;   // problems' parsed search spaces kept (least recently used go)
 };
 
 void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts);

@@ -295,11 +295,11 @@ INSTANTIATE_TEST_SUITE_P(
     Services, ServiceBinaryTest,
     ::testing::Values(
         Service{"coordinator", "services/coordinator/kforge-coordinator", "KFORGE_COORDINATOR",
-                "0.0.0.0:7070", "jobs:\n  max_running: %s\n", "jobs.max_running"},
+                "127.0.0.1:7070", "jobs:\n  max_running: %s\n", "jobs.max_running"},
         Service{"gpu_worker", "services/gpu-worker/kforge-gpu-worker", "KFORGE_WORKER",
-                "0.0.0.0:7072", "worker:\n  slots: %s\n", "worker.slots"},
+                "127.0.0.1:7072", "worker:\n  slots: %s\n", "worker.slots"},
         Service{"llm_proxy", "services/llm-proxy/kforge-llm-proxy", "KFORGE_LLM_PROXY",
-                "0.0.0.0:7071", "llm:\n  probability: %s\n", "llm.probability"}),
+                "127.0.0.1:7071", "llm:\n  probability: %s\n", "llm.probability"}),
     [](const ::testing::TestParamInfo<Service>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,7 +1,12 @@
 // kforge-llm-proxy over gRPC: the service in-process with a real client, and the real binaries
 // (kforge run --llm-proxy against a running kforge-llm-proxy).
 
+#include <signal.h>
+
+#include <chrono>
+#include <future>
 #include <set>
+#include <vector>
 
 #include "common/launch.h"
 #include "common/param_space.h"
@@ -66,6 +71,66 @@ TEST(LlmProxyServiceTest, KforgeRunAgainstARunningProxy) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("remote kforge-llm-proxy"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("15 evaluations"));
+}
+
+TEST(LlmProxyServiceTest, SigtermStopsTheProxyWhileACallIsUnderWay) {
+  testing::TempDir dir;
+  testing::BackgroundProcess proxy(testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
+                                   {"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
+                                                                        "metrics_listen: \"127.0.0.1:0\"}\n")});
+  const std::string line = proxy.WaitForLine("listening ", 30);
+  ASSERT_FALSE(line.empty()) << "the proxy did not start";
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc_port, &metrics_port), 2);
+
+  // Calls that run for seconds each: 4.1M points to scan under a constraint nothing meets.
+  auto problem = LoadProblem(testing::SourceDir() + "/examples/opencl/matmul");
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  v1::MutateRequest req;
+  *req.mutable_problem() = *problem;
+  v1::KernelSpec* seed = req.mutable_problem()->mutable_seed();
+  seed->clear_params();
+  seed->clear_constraints();
+  v1::Candidate* parent = req.add_parents()->mutable_candidate();
+  parent->set_source(problem->seed().source());
+  for (const char* name : {"X", "Y", "Z"}) {
+    v1::Param* p = seed->add_params();
+    p->set_name(name);
+    for (int v = 1; v <= 160; ++v) p->add_values(v);
+    (*parent->mutable_params())[name] = 1;
+  }
+  seed->add_constraints("X < 0");
+  req.set_strategy("explore");
+  auto stub = v1::LlmProxyService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 4; ++i) {
+    calls.push_back(std::async(std::launch::async, [&] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::MutateResponse resp;
+      return stub->Mutate(&ctx, req, &resp);
+    }));
+  }
+  for (auto& c : calls) {
+    EXPECT_EQ(c.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout) << "a call ended early";
+  }
+
+  const pid_t pid = proxy.pid();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  auto exited = std::async(std::launch::async, [&] { return proxy.Wait(); });
+  if (exited.wait_for(std::chrono::seconds(3)) != std::future_status::ready) {
+    ADD_FAILURE() << "the proxy still runs 3 s after SIGTERM";
+    kill(pid, SIGKILL);
+  }
+  EXPECT_EQ(exited.get(), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  for (auto& c : calls) {
+    ASSERT_EQ(c.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    const grpc::Status s = c.get();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  }
 }
 
 }  // namespace

@@ -863,5 +863,73 @@ TEST(ParametricMutatorTest, ProblemsWithoutAContentHashDoNotShareASpace) {
   }
 }
 
+TEST(ParametricMutatorTest, TheSpaceCacheStaysBounded) {
+  // Every distinct space a client sends is parsed and cached; the cache keeps the most recently
+  // used few, so a stream of made-up problems cannot grow it without end.
+  ParametricMutator mutator({.max_cached_spaces = 4});
+  std::vector<v1::Problem> problems;
+  for (int i = 0; i < 40; ++i) {
+    problems.push_back(MakeProblem(absl::StrCat("p", i), {{"A", {1, 2, 100 + i}}, {"B", {1, 2}}}, {}));
+  }
+  for (const v1::Problem& p : problems) {
+    v1::Candidate seed = MakeSeedCandidate(p, {{"A", 1}, {"B", 1}});
+    seed.set_id("seed");
+    auto resp = mutator.Mutate(Request(p, {seed}, 1), SeenIn({seed.content_hash()}));
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_LE(mutator.cached_spaces(), 4u);
+  }
+  EXPECT_EQ(mutator.cached_spaces(), 4u);
+  // An evicted problem is parsed again, and right.
+  const Fixture f = Fixture::Make(problems.front());
+  auto resp = mutator.Mutate(Request(f.problem, {f.seed}, 2, 3), SeenIn({f.seed.content_hash()}));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  for (const auto& c : resp->children()) {
+    auto valid = f.space.IsValid(ParamsOf(c));
+    EXPECT_TRUE(valid.ok() && *valid) << FormatParams(ParamsOf(c));
+  }
+  EXPECT_EQ(mutator.cached_spaces(), 4u);
+}
+
+TEST(ParametricMutatorTest, AProblemClaimingAnothersHashGetsItsOwnSpace) {
+  // The content hash comes from the client: a problem that borrows another's must neither get
+  // that problem's cached space nor replace it.
+  const Fixture tiled = Fixture::Make(TiledProblem());
+  v1::Problem impostor = GridProblem();
+  impostor.set_content_hash(tiled.problem.content_hash());
+  const Fixture grid = Fixture::Make(impostor);
+  ParametricMutator mutator;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    for (const Fixture* f : {&tiled, &grid, &tiled}) {
+      auto resp = mutator.Mutate(Request(f->problem, {f->seed}, seed, 2), SeenIn({f->seed.content_hash()}));
+      ASSERT_TRUE(resp.ok()) << resp.status();
+      for (const auto& c : resp->children()) {
+        auto valid = f->space.IsValid(ParamsOf(c));
+        EXPECT_TRUE(valid.ok() && *valid) << f->problem.name() << ": " << FormatParams(ParamsOf(c));
+      }
+    }
+  }
+}
+
+TEST(ParametricMutatorTest, AKnobWithoutValuesIsAnErrorNotACrash) {
+  v1::Problem p = MakeProblem("empty-knob", {{"A", {1, 2}}, {"B", {}}}, {});
+  v1::Candidate seed = MakeSeedCandidate(p, {{"A", 1}});
+  seed.set_id("seed");
+  ParametricMutator mutator;
+  for (const std::string strategy : {"", "explore", "global", "perturb", "exploit"}) {
+    auto resp = mutator.Mutate(Request(p, {seed}, 1, 4, strategy), SeenIn({}));
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << strategy;
+    EXPECT_THAT(resp.status().message(), HasSubstr("'B' has no values"));
+  }
+}
+
+TEST(ParametricMutatorTest, ACancelledCallStopsWithCancelled) {
+  const Fixture f = Fixture::Make(TiledProblem());
+  ParametricMutator mutator;
+  int checks = 0;
+  auto resp = mutator.MutateCancellable(Request(f.problem, {f.seed}, 1, 50), SeenIn({f.seed.content_hash()}),
+                                        [&checks] { return ++checks > 3; });
+  EXPECT_EQ(resp.status().code(), absl::StatusCode::kCancelled);
+}
+
 }  // namespace
 }  // namespace kforge::llm

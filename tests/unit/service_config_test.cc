@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/server_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/temp_dir.h"
@@ -32,7 +33,7 @@ struct Options {
 };
 
 void AddFields(ConfigSchema& schema, Options& o) {
-  AddServerFields(schema, o.server, "0.0.0.0:7070", "0.0.0.0:9470");
+  AddServerFields(schema, o.server, "127.0.0.1:7070", "127.0.0.1:9470");
   schema.Add("store.url", &o.store_url, "store location",
              [&o] { return o.store_url.empty() ? std::string("must not be empty") : std::string(); });
   schema.Add("jobs.max_running", &o.max_running, "jobs at once",
@@ -63,12 +64,12 @@ void ExpectSameValues(const Options& a, const Options& b) {
 
 TEST(ServiceConfigTest, Defaults) {
   Config c;
-  EXPECT_EQ(c.o.server.listen, "0.0.0.0:7070");
-  EXPECT_EQ(c.o.server.metrics_listen, "0.0.0.0:9470");
+  EXPECT_EQ(c.o.server.listen, "127.0.0.1:7070");
+  EXPECT_EQ(c.o.server.metrics_listen, "127.0.0.1:9470");
   EXPECT_EQ(c.o.server.log_level, "info");
   EXPECT_TRUE(c.schema.Validate().ok());
   const std::string dump = c.schema.Dump();
-  EXPECT_THAT(dump, HasSubstr("server:\n  listen: \"0.0.0.0:7070\"  # gRPC listen address"));
+  EXPECT_THAT(dump, HasSubstr("server:\n  listen: \"127.0.0.1:7070\"  # gRPC listen address"));
   EXPECT_THAT(dump, HasSubstr("  log_level: \"info\""));
   EXPECT_THAT(dump, HasSubstr("jobs:\n  max_running: 8  # jobs at once\n"));
   EXPECT_THAT(dump, HasSubstr("sandbox:\n  timeout_seconds: 60  # per-candidate limit\n  gzip: false"));
@@ -101,7 +102,7 @@ TEST(ServiceConfigTest, LoadsFile) {
   absl::Status st = c.schema.LoadFile(path);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(c.o.server.listen, "127.0.0.1:8080");
-  EXPECT_EQ(c.o.server.metrics_listen, "0.0.0.0:9470");  // absent: default kept
+  EXPECT_EQ(c.o.server.metrics_listen, "127.0.0.1:9470");  // absent: default kept
   EXPECT_EQ(c.o.server.log_level, "debug");
   EXPECT_EQ(c.o.store_url, "/var/lib/kforge/db.sqlite");
   EXPECT_EQ(c.o.max_running, 3);
@@ -226,7 +227,7 @@ TEST(ServiceConfigTest, EnvOverrides) {
   EXPECT_DOUBLE_EQ(c.o.timeout_seconds, 0.5);
   EXPECT_TRUE(c.o.gzip);
   EXPECT_EQ(c.o.cache_dir, "/cc");
-  EXPECT_EQ(c.o.server.metrics_listen, "0.0.0.0:9470");
+  EXPECT_EQ(c.o.server.metrics_listen, "127.0.0.1:9470");
   EXPECT_THAT(asked, ::testing::Contains("KFORGE_TEST_SERVER_METRICS_LISTEN"));
   EXPECT_THAT(asked, ::testing::Contains("KFORGE_TEST_STORE_URL"));
 }
@@ -359,11 +360,20 @@ TEST(ServiceConfigTest, DumpReloadsDoublesExactly) {
   }
 }
 
+TEST(ServiceConfigTest, LoopbackAddresses) {
+  for (const char* a : {"127.0.0.1:7071", "127.0.0.2:0", "localhost:80", "[::1]:443", "unix:/run/kforge.sock"}) {
+    EXPECT_TRUE(IsLoopbackAddress(a)) << a;
+  }
+  for (const char* a : {"0.0.0.0:7071", "[::]:7071", "10.0.0.5:80", "example.com:443", "128.0.0.1:1"}) {
+    EXPECT_FALSE(IsLoopbackAddress(a)) << a;
+  }
+}
+
 TEST(ServiceConfigTest, Describe) {
   Config c;
   const std::string d = c.schema.Describe("KFORGE_TEST");
   EXPECT_THAT(d, HasSubstr("  server.listen (env KFORGE_TEST_SERVER_LISTEN): gRPC listen address"));
-  EXPECT_THAT(d, HasSubstr("[default \"0.0.0.0:7070\"]"));
+  EXPECT_THAT(d, HasSubstr("[default \"127.0.0.1:7070\"]"));
   EXPECT_THAT(d, HasSubstr("jobs.max_running (env KFORGE_TEST_JOBS_MAX_RUNNING): jobs at once "
                            "[default 8]"));
   EXPECT_THAT(d, HasSubstr("compile-cache.dir (env KFORGE_TEST_COMPILE_CACHE_DIR)"));
