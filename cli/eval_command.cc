@@ -1,5 +1,6 @@
 #include "cli/eval_command.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -9,12 +10,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "cli/validate_command.h"
 #include "common/clock.h"
 #include "common/dtype.h"
 #include "common/hash.h"
+#include "common/launch.h"
 #include "common/logging.h"
 #include "common/param_space.h"
 #include "common/problem_loader.h"
+#include "common/yaml_reader.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/gpu-worker/evaluator.h"
 
@@ -71,9 +75,59 @@ std::string FormatReport(const v1::EvaluationResult& r) {
   return out;
 }
 
+// The candidate's launch plan and scratch on every size set with its params: what the worker's
+// screen would refuse as unresolvable is bad input here (division by zero, a dimension or shape
+// that is not positive). Device limits are left to the worker.
+absl::Status CheckPlanResolves(const v1::Problem& problem, const v1::Candidate& cand,
+                               const ParamAssignment& params, const std::string& plan_name) {
+  const auto& launches =
+      cand.plan().launches().empty() ? problem.seed().launches() : cand.plan().launches();
+  const auto& scratch =
+      cand.plan().launches().empty() ? problem.seed().scratch() : cand.plan().scratch();
+  for (const auto& set : problem.size_sets()) {
+    const Bindings env = MakeBindings(set, problem.seed(), params);
+    const std::string where =
+        absl::StrCat(plan_name, ": for size set '", set.name(), "' with ",
+                     params.empty() ? "no params" : FormatParams(params), ": ");
+    for (const auto& sb : scratch) {
+      auto n = ShapeElements(sb.shape(), env);
+      if (!n.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "scratch '", sb.name(), "' ", n.status().message()));
+      }
+    }
+    for (int i = 0; i < launches.size(); ++i) {
+      auto r = ResolveLaunch(launches[i], problem, scratch, env);
+      if (!r.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "launches[", i, "] (", launches[i].kernel(), "): ", r.status().message()));
+      }
+      for (const auto* dims : {&r->global, &r->local, &r->grid, &r->block}) {
+        for (size_t d = 0; d < dims->size(); ++d) {
+          if ((*dims)[d] <= 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, "launches[", i, "] (", launches[i].kernel(),
+                             "): a dimension evaluates to ", (*dims)[d], " (must be positive)"));
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 int RunEval(const EvalArgs& args) {
+  // NaN fails both comparisons.
+  if (!(args.timeout_seconds > 0 && args.timeout_seconds <= kMaxTimeoutSeconds)) {
+    return BadInput(
+        absl::StrCat("--timeout must be more than 0 and at most ", kMaxTimeoutSeconds, " seconds"));
+  }
   auto problem = LoadProblem(args.problem_dir);
   if (!problem.ok()) return BadInput(std::string(problem.status().message()));
+  // The checks of `kforge validate`: a folder it refuses is refused here with the same exit code.
+  if (auto summary = SummariseProblem(*problem); !summary.ok()) {
+    return BadInput(absl::StrCat(args.problem_dir, ": ", summary.status().message()));
+  }
   auto space = ParamSpace::Create(*problem);
   if (!space.ok()) return BadInput(std::string(space.status().message()));
   ParamAssignment params;
@@ -86,11 +140,27 @@ int RunEval(const EvalArgs& args) {
       std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
       int64_t v = 0;
       if (!absl::SimpleAtoi(p.second, &v)) return BadInput(absl::StrCat("--params: '", kv, "' is not NAME=integer"));
+      const bool known = std::any_of(space->params().begin(), space->params().end(),
+                                     [&](const v1::Param& prm) { return prm.name() == p.first; });
+      if (!known) {
+        return BadInput(
+            absl::StrCat("--params: '", p.first, "' is not a param of ", problem->name()));
+      }
       params[p.first] = v;
     }
     // Unnamed params keep their defaults so that one knob can be set alone.
     if (auto d = space->DefaultAssignment(); d.has_value()) {
       for (const auto& [k, v] : *d) params.emplace(k, v);
+    }
+    auto valid = space->IsValid(params);
+    if (!valid.ok()) {
+      return BadInput(
+          absl::StrCat("--params ", FormatParams(params), ": ", valid.status().message()));
+    }
+    if (!*valid) {
+      return BadInput(
+          absl::StrCat("--params ", FormatParams(params),
+                       " is not an allowed assignment (declared values and constraints)"));
     }
   }
   v1::Candidate cand = MakeSeedCandidate(*problem, params);
@@ -100,6 +170,10 @@ int RunEval(const EvalArgs& args) {
     if (!in) return BadInput(absl::StrCat("--source: cannot read ", args.source_file));
     std::stringstream ss;
     ss << in.rdbuf();
+    if (auto bad = FirstInvalidUtf8(ss.str())) {
+      return BadInput(
+          absl::StrCat("--source: ", args.source_file, " is not valid UTF-8 (byte ", *bad, ")"));
+    }
     cand.set_source(ss.str());
     cand.set_mutator(v1::MUTATOR_KIND_LLM);
   }
@@ -107,6 +181,12 @@ int RunEval(const EvalArgs& args) {
     auto plan = LoadLaunchPlanFile(*problem, args.launches_file);
     if (!plan.ok()) return BadInput(std::string(plan.status().message()));
     *cand.mutable_plan() = *plan;
+  }
+  if (absl::Status st = CheckPlanResolves(
+          *problem, cand, params,
+          args.launches_file.empty() ? "the seed's launches" : args.launches_file);
+      !st.ok()) {
+    return BadInput(std::string(st.message()));
   }
   cand.set_content_hash(HashCandidate(cand));
 

@@ -6,6 +6,9 @@
 
 namespace kforge::cli {
 
+// The longest wall-clock limit per sandboxed run that eval and run accept (a day).
+inline constexpr double kMaxTimeoutSeconds = 86400;
+
 struct EvalArgs {
   std::string problem_dir;
   std::string source_file;   // "" = the seed's source

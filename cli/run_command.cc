@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/eval_command.h"
 #include "cli/report.h"
+#include "cli/validate_command.h"
 #include "common/clock.h"
 #include "common/dtype.h"
 #include "common/kt_cache.h"
@@ -50,6 +52,17 @@ std::string Counts(const std::map<std::string, int64_t>& counts) {
 int RunJob(const RunArgs& args) {
   auto problem = LoadProblem(args.problem_dir);
   if (!problem.ok()) return BadInput(std::string(problem.status().message()));
+  // The checks of `kforge validate`: a folder it refuses is refused here with the same exit code.
+  if (auto summary = SummariseProblem(*problem); !summary.ok()) {
+    return BadInput(absl::StrCat(args.problem_dir, ": ", summary.status().message()));
+  }
+  if (args.db.empty()) {
+    return BadInput("--db: give a database file (an empty name would keep nothing)");
+  }
+  if (!(args.timeout_seconds > 0 && args.timeout_seconds <= kMaxTimeoutSeconds)) {
+    return BadInput(
+        absl::StrCat("--timeout must be more than 0 and at most ", kMaxTimeoutSeconds, " seconds"));
+  }
   if (args.budget <= 0 && args.time_seconds <= 0 && args.target <= 0 && args.patience <= 0) {
     return BadInput("give a budget: --budget N, --time S, --target X or --patience N");
   }

@@ -3,11 +3,13 @@
 
 #include "common/problem_loader.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -28,6 +30,20 @@
 namespace kforge {
 
 namespace loader_internal {
+
+bool SplitCall(absl::string_view text, absl::string_view* fn, absl::string_view* args) {
+  size_t i = 0;
+  while (i < text.size() && text[i] >= 'a' && text[i] <= 'z') ++i;
+  if (i == 0) return false;
+  *fn = text.substr(0, i);
+  while (i < text.size() && IsRegexSpace(text[i])) ++i;
+  if (i == text.size() || text[i] != '(') return false;
+  const size_t open = i++;
+  while (i < text.size() && text[i] != '(' && text[i] != ')') ++i;
+  if (i + 1 != text.size() || text[i] != ')') return false;
+  *args = text.substr(open + 1, i - open - 1);
+  return true;
+}
 
 absl::StatusOr<v1::Problem> Loader::Load() {
   const fs::path yaml = fs::path(dir_) / "problem.yaml";
@@ -60,18 +76,19 @@ absl::StatusOr<v1::Problem> Loader::Load() {
     }
   }
   KF_RETURN_IF_ERROR(CheckSpace(root.Child("seed")));
+  KF_RETURN_IF_ERROR(CheckEvaluates(root));
   p_.set_content_hash(HashProblem(p_));
   return p_;
 }
 
 absl::Status Loader::Declare(const YamlNode& at, const std::string& name, NameKind kind) {
   if (!IsIdentifier(name)) {
-    return at.Error(absl::StrCat("'", name, "' is not a valid name (letters, digits, _)"));
+    return at.Error(absl::StrCat(Q(name), " is not a valid name (letters, digits, _)"));
   }
-  if (IsReserved(name)) return at.Error(absl::StrCat("'", name, "' is a reserved function name"));
+  if (IsReserved(name)) return at.Error(absl::StrCat(Q(name), " is a reserved function name"));
   auto [it, inserted] = names_.emplace(name, kind);
   if (!inserted) {
-    return at.Error(absl::StrCat("'", name, "' is already defined as a ", KindName(it->second)));
+    return at.Error(absl::StrCat(Q(name), " is already defined as a ", KindName(it->second)));
   }
   return absl::OkStatus();
 }
@@ -80,7 +97,9 @@ absl::Status Loader::CheckExpr(const YamlNode& at, const std::string& text,
                                std::initializer_list<NameKind> allowed,
                                const absl::flat_hash_set<std::string>& extra) {
   auto e = Expr::Parse(text);
-  if (!e.ok()) return at.Error(absl::StrCat("bad expression '", text, "': ", e.status().message()));
+  if (!e.ok()) {
+    return at.Error(absl::StrCat("bad expression ", Q(text), ": ", e.status().message()));
+  }
   for (const auto& n : e->Names()) {
     if (extra.contains(n)) continue;
     auto it = names_.find(n);
@@ -91,7 +110,7 @@ absl::Status Loader::CheckExpr(const YamlNode& at, const std::string& text,
     if (!ok) {
       std::vector<std::string> kinds;
       for (auto k : allowed) kinds.emplace_back(KindName(k));
-      return at.Error(absl::StrCat("undefined name '", n, "' in '", text, "' (expected a ",
+      return at.Error(absl::StrCat("undefined name ", Q(n), " in ", Q(text), " (expected a ",
                                    absl::StrJoin(kinds, " or "), ")"));
     }
   }
@@ -100,10 +119,9 @@ absl::Status Loader::CheckExpr(const YamlNode& at, const std::string& text,
 
 absl::Status Loader::LoadHeader(const YamlNode& root) {
   KF_ASSIGN_OR_RETURN(std::string name, root.Child("name").AsString());
-  static const std::regex kName("[A-Za-z0-9_.-]+");
-  if (!std::regex_match(name, kName)) {
+  if (!IsProblemName(name)) {
     return root.Child("name").Error(
-        absl::StrCat("'", name, "' is not a valid problem name ([A-Za-z0-9_.-]+)"));
+        absl::StrCat(Q(name), " is not a valid problem name ([A-Za-z0-9_.-]+)"));
   }
   p_.set_name(name);
   KF_ASSIGN_OR_RETURN(std::string backend, root.Child("backend").AsString());
@@ -115,7 +133,7 @@ absl::Status Loader::LoadHeader(const YamlNode& root) {
     p_.set_backend(v1::BACKEND_REPLAY);
   } else {
     return root.Child("backend").Error(
-        absl::StrCat("unknown backend '", backend, "' (expected opencl, cuda or replay)"));
+        absl::StrCat("unknown backend ", Q(backend), " (expected opencl, cuda or replay)"));
   }
   if (root.Child("description").defined()) {
     KF_ASSIGN_OR_RETURN(std::string d, root.Child("description").AsString());
@@ -131,7 +149,7 @@ absl::Status Loader::LoadSizeMap(const YamlNode& node, v1::SizeSet* set, bool de
     if (declare) {
       KF_RETURN_IF_ERROR(Declare(v, k, NameKind::kSize));
     } else if (!names_.contains(k) || names_[k] != NameKind::kSize) {
-      return v.Error(absl::StrCat("size '", k, "' is not in the first size set"));
+      return v.Error(absl::StrCat("size ", Q(k), " is not in the first size set"));
     }
     KF_ASSIGN_OR_RETURN(int64_t x, v.AsInt64());
     if (x <= 0) return v.Error(absl::StrCat("size must be positive, got ", x));
@@ -159,7 +177,7 @@ absl::Status Loader::LoadSizes(const YamlNode& node) {
     v1::SizeSet* set = p_.add_size_sets();
     KF_ASSIGN_OR_RETURN(std::string name, item.Child("name").AsString());
     if (!set_names.insert(name).second) {
-      return item.Child("name").Error(absl::StrCat("duplicate size set '", name, "'"));
+      return item.Child("name").Error(absl::StrCat("duplicate size set ", Q(name)));
     }
     set->set_name(name);
     set->set_bench(true);
@@ -173,7 +191,7 @@ absl::Status Loader::LoadSizes(const YamlNode& node) {
       for (const auto& [k, v] : p_.size_sets(0).sizes()) {
         if (!set->sizes().contains(k)) {
           return item.Child("sizes").Error(
-              absl::StrCat("size '", k, "' is missing (every set must give every size)"));
+              absl::StrCat("size ", Q(k), " is missing (every set must give every size)"));
         }
       }
     }
@@ -202,8 +220,9 @@ absl::Status Loader::LoadScalars(const YamlNode& node) {
 absl::StatusOr<v1::DType> Loader::ParseDTypeAt(const YamlNode& node) {
   KF_ASSIGN_OR_RETURN(std::string s, node.AsString());
   auto dt = ParseDType(s);
-  if (!dt)
-    return node.Error(absl::StrCat("unknown dtype '", s, "' (expected one of ", kDTypeNames, ")"));
+  if (!dt) {
+    return node.Error(absl::StrCat("unknown dtype ", Q(s), " (expected one of ", kDTypeNames, ")"));
+  }
   return *dt;
 }
 
@@ -219,26 +238,28 @@ absl::Status Loader::ParseFill(const YamlNode& node, v1::Fill* fill) {
     fill->set_a(1);
     return absl::OkStatus();
   }
-  static const std::regex kCall(R"(([a-z]+)\s*\(([^()]*)\))");
-  std::smatch m;
-  if (!std::regex_match(s, m, kCall)) {
+  absl::string_view fn_view;
+  absl::string_view arg_text;
+  if (!SplitCall(s, &fn_view, &arg_text)) {
     if (s.find('(') != std::string::npos && s.find(')') == std::string::npos) {
-      return node.Error(absl::StrCat("fill '", s,
-                                     "' is cut short: in YAML flow style {...} quote it, e.g. "
+      return node.Error(absl::StrCat("fill ", Q(s),
+                                     " is cut short: in YAML flow style {...} quote it, e.g. "
                                      "fill: \"uniform(-1, 1)\""));
     }
-    return node.Error(absl::StrCat("bad fill '", s,
-                                   "' (expected uniform(a, b), normal(mean, std), randint(a, b), "
+    return node.Error(absl::StrCat("bad fill ", Q(s),
+                                   " (expected uniform(a, b), normal(mean, std), randint(a, b), "
                                    "constant(v), arange(start, step), zeros or ones)"));
   }
-  const std::string fn = m[1];
+  const std::string fn(fn_view);
   std::vector<double> args;
-  for (absl::string_view part : absl::StrSplit(std::string(m[2]), ',')) {
+  for (absl::string_view part : absl::StrSplit(arg_text, ',')) {
     double d = 0;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(part), &d)) {
-      return node.Error(absl::StrCat("bad number '", part, "' in fill '", s, "'"));
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(part), &d) || !std::isfinite(d)) {
+      return node.Error(
+          absl::StrCat("bad number ", Q(part), " in fill ", Q(s), " (a finite number is needed)"));
     }
     args.push_back(d);
+    if (args.size() > 2) break;  // too many: reported below without reading the rest
   }
   size_t want = 2;
   if (fn == "uniform") {
@@ -253,17 +274,72 @@ absl::Status Loader::ParseFill(const YamlNode& node, v1::Fill* fill) {
     fill->set_kind(v1::Fill::KIND_CONSTANT);
     want = 1;
   } else {
-    return node.Error(absl::StrCat("unknown fill '", fn, "'"));
+    return node.Error(absl::StrCat("unknown fill ", Q(fn)));
   }
   if (args.size() != want) {
-    return node.Error(absl::StrCat("fill ", fn, " takes ", want, " numbers, got ", args.size()));
+    return node.Error(absl::StrCat("fill ", fn, " takes ", want, " numbers, got ",
+                                   args.size() > 2 ? "more" : absl::StrCat(args.size())));
   }
   fill->set_a(args[0]);
   if (want == 2) fill->set_b(args[1]);
   if ((fn == "uniform" || fn == "randint") && args[1] < args[0]) {
-    return node.Error(absl::StrCat("fill '", s, "': upper bound below lower bound"));
+    return node.Error(absl::StrCat("fill ", Q(s), ": upper bound below lower bound"));
   }
   if (fn == "normal" && args[1] < 0) return node.Error("fill normal: std must be >= 0");
+  return absl::OkStatus();
+}
+
+std::pair<double, double> DTypeRange(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_F16:
+      return {-65504.0, 65504.0};
+    case v1::DTYPE_BF16:
+      return {-3.3895313892515355e38, 3.3895313892515355e38};
+    case v1::DTYPE_F32:
+      return {-3.4028234663852886e38, 3.4028234663852886e38};
+    case v1::DTYPE_I32:
+      return {-2147483648.0, 2147483647.0};
+    case v1::DTYPE_I64:
+      // The largest doubles that convert to int64 without overflow.
+      return {-9223372036854775808.0, 9223372036854774784.0};
+    case v1::DTYPE_U8:
+      return {0.0, 255.0};
+    default:
+      return {-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()};
+  }
+}
+
+absl::Status Loader::CheckFillRange(const YamlNode& node, const v1::Fill& fill, v1::DType dtype) {
+  const auto [lo, hi] = DTypeRange(dtype);
+  auto outside = [&](double x) { return !(x >= lo && x <= hi); };
+  auto error = [&](absl::string_view what) {
+    return node.Error(
+        absl::StrCat(what, " (", DTypeName(dtype), " holds ", lo, " to ", hi,
+                     "): every value must be representable, or the check would compare "
+                     "infinities"));
+  };
+  switch (fill.kind()) {
+    case v1::Fill::KIND_UNIFORM:
+    case v1::Fill::KIND_RANDINT:
+      if (outside(fill.a()) || outside(fill.b()) || !std::isfinite(fill.b() - fill.a())) {
+        return error("the fill's bounds are out of range");
+      }
+      break;
+    case v1::Fill::KIND_CONSTANT:
+      if (outside(fill.a())) return error("the fill's value is out of range");
+      break;
+    case v1::Fill::KIND_NORMAL:
+      // Ten standard deviations: a draw beyond that does not happen.
+      if (outside(fill.a() - 10 * fill.b()) || outside(fill.a() + 10 * fill.b())) {
+        return error("the fill's mean plus or minus ten standard deviations is out of range");
+      }
+      break;
+    case v1::Fill::KIND_ARANGE:
+      if (outside(fill.a())) return error("the fill's start is out of range");
+      break;  // its end is checked with the shape
+    default:
+      break;
+  }
   return absl::OkStatus();
 }
 
@@ -279,8 +355,8 @@ absl::Status Loader::LoadBuffers(const YamlNode& node) {
     if (const YamlNode fill = v.Child("fill"); fill.is_scalar()) {
       const std::string f = fill.AsString().value_or("");
       if (f.find('(') != std::string::npos && f.find(')') == std::string::npos) {
-        return fill.Error(absl::StrCat("fill '", f,
-                                       "' is cut short: in YAML flow style {...} quote it, e.g. "
+        return fill.Error(absl::StrCat("fill ", Q(f),
+                                       " is cut short: in YAML flow style {...} quote it, e.g. "
                                        "fill: \"uniform(-1, 1)\""));
       }
     }
@@ -298,7 +374,7 @@ absl::Status Loader::LoadBuffers(const YamlNode& node) {
       b->set_role(v1::BUFFER_ROLE_INOUT);
     } else {
       return v.Child("role").Error(
-          absl::StrCat("unknown role '", role, "' (expected in, out or inout)"));
+          absl::StrCat("unknown role ", Q(role), " (expected in, out or inout)"));
     }
     any_out = any_out || b->role() != v1::BUFFER_ROLE_IN;
     KF_RETURN_IF_ERROR(LoadShape(v.Child("shape"), b->mutable_shape(), {NameKind::kSize}));
@@ -308,6 +384,7 @@ absl::Status Loader::LoadBuffers(const YamlNode& node) {
             "an output buffer is not filled (it is poisoned before each run)");
       }
       KF_RETURN_IF_ERROR(ParseFill(v.Child("fill"), b->mutable_fill()));
+      KF_RETURN_IF_ERROR(CheckFillRange(v.Child("fill"), b->fill(), dt));
     } else if (b->role() != v1::BUFFER_ROLE_OUT) {
       b->mutable_fill()->set_kind(v1::Fill::KIND_UNIFORM);
       b->mutable_fill()->set_a(dt == v1::DTYPE_U8 ? 0 : -1);
@@ -366,8 +443,9 @@ absl::Status Loader::LoadCheck(const YamlNode& node) {
 
 absl::Status Loader::LoadReplay(const YamlNode& root) {
   for (const char* k : {"sizes", "scalars", "buffers", "check", "reference"}) {
-    if (root.Child(k).defined())
+    if (root.Child(k).defined()) {
       return root.Child(k).Error("a replay problem has no sources, sizes or buffers");
+    }
   }
   const YamlNode node = root.Child("replay");
   if (!node.defined()) return node.Error("missing field (replay: {cache: FILE})");
@@ -376,10 +454,14 @@ absl::Status Loader::LoadReplay(const YamlNode& root) {
   const fs::path path = fs::absolute(fs::path(dir_) / rel);
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
-    return node.Child("cache").Error(absl::StrCat("cache file '", rel, "' is missing"));
+    return node.Child("cache").Error(absl::StrCat("cache file ", Q(rel), " is missing"));
+  }
+  if (FirstInvalidUtf8(path.string()).has_value()) {
+    return node.Child("cache").Error(
+        absl::StrCat("the cache's path ", Q(path.string()), " is not valid UTF-8"));
   }
   auto cache = LoadKtCache(path.string(), rel);
-  if (!cache.ok()) return node.Child("cache").Error(cache.status().message());
+  if (!cache.ok()) return node.Child("cache").Error(EchoValue(cache.status().message(), 400));
   p_.mutable_replay()->set_cache_file(rel);
   p_.mutable_replay()->set_cache_path(path.string());
   v1::SizeSet* set = p_.add_size_sets();
@@ -395,16 +477,19 @@ absl::Status Loader::LoadReplay(const YamlNode& root) {
       for (const auto& [name, v] : params) {
         auto pos = std::find(cache->keys.begin(), cache->keys.end(), name);
         if (pos == cache->keys.end()) {
-          return v.Error(absl::StrCat("param '", name, "' is not a tunable parameter of ", rel));
+          return v.Error(
+              absl::StrCat("param ", Q(name), " is not a tunable parameter of ", EchoValue(rel)));
         }
         const auto& allowed = cache->values[pos - cache->keys.begin()];
         KF_ASSIGN_OR_RETURN(auto vals, v.Items(/*allow_scalar=*/true));
-        if (vals.empty())
-          return v.Error(absl::StrCat("param '", name, "' has an empty value list"));
+        if (vals.empty()) {
+          return v.Error(absl::StrCat("param ", Q(name), " has an empty value list"));
+        }
         for (const auto& item : vals) {
           KF_ASSIGN_OR_RETURN(int64_t x, item.AsInt64());
           if (std::find(allowed.begin(), allowed.end(), x) == allowed.end()) {
-            return item.Error(absl::StrCat("value ", x, " of '", name, "' is not in ", rel));
+            return item.Error(
+                absl::StrCat("value ", x, " of ", Q(name), " is not in ", EchoValue(rel)));
           }
           narrowed[name].push_back(x);
         }

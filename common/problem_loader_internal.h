@@ -6,13 +6,13 @@
 
 #include <filesystem>
 #include <initializer_list>
-#include <regex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/expr.h"
 #include "common/problem_loader.h"
 #include "common/yaml_reader.h"
 #include "kforge/v1/candidate.pb.h"
@@ -23,13 +23,55 @@ namespace kforge::loader_internal {
 namespace fs = std::filesystem;
 
 inline constexpr int64_t kMaxSpaceVisits = 1 << 22;
+// No buffer may be larger: more than any device holds, and far from overflowing int64 sums.
+inline constexpr int64_t kMaxBufferBytes = int64_t{1} << 40;
 
-inline bool IsIdentifier(absl::string_view s) {
-  static const std::regex kIdent("[A-Za-z_][A-Za-z0-9_]*");
-  return std::regex_match(s.begin(), s.end(), kIdent);
+// The scanners below are loops over the characters, not std::regex: libstdc++'s regex recurses
+// once per character and overflows the stack on inputs of a few ten thousand characters.
+
+inline bool IsWordChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
+// What \s matches in a std::regex over char in the "C" locale.
+inline bool IsRegexSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+// [A-Za-z_][A-Za-z0-9_]*
+inline bool IsIdentifier(absl::string_view s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s) {
+    if (!IsWordChar(c)) return false;
+  }
+  return true;
+}
+
+// [A-Za-z0-9_.-]+
+inline bool IsProblemName(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!IsWordChar(c) && c != '.' && c != '-') return false;
+  }
+  return true;
+}
+
+// Whether `source` has `name` as a whole word followed by optional whitespace and '(' (the
+// regex \bNAME\s*\( for an identifier NAME). One pass over the source: every maximal run of
+// word characters is compared with the name once.
+bool DefinesFunction(absl::string_view source, absl::string_view name);
+
+// Splits "fn ( args )" (the regex ([a-z]+)\s*\(([^()]*)\) matched on the whole text): false
+// when `text` is not of that form.
+bool SplitCall(absl::string_view text, absl::string_view* fn, absl::string_view* args);
+
+// `text` quoted for an error message, cut to 80 bytes (see EchoValue).
+inline std::string Q(absl::string_view text) { return Quoted(text); }
+
 inline bool IsReserved(absl::string_view s) { return s == "ceil_div" || s == "min" || s == "max"; }
+
+// The finite values a dtype holds, as doubles.
+std::pair<double, double> DTypeRange(v1::DType dtype);
 
 // What kind of thing a name refers to, to reject clashes and undefined references.
 enum class NameKind { kSize, kScalar, kBuffer, kParam, kDefine };
@@ -73,6 +115,8 @@ class Loader {
   absl::StatusOr<v1::DType> ParseDTypeAt(const YamlNode& node);
   absl::Status ParseFill(const YamlNode& node, v1::Fill* fill);
   absl::Status LoadBuffers(const YamlNode& node);
+  // Every value the fill can produce must be a finite value of the dtype.
+  absl::Status CheckFillRange(const YamlNode& node, const v1::Fill& fill, v1::DType dtype);
   absl::Status LoadShape(const YamlNode& node,
                          google::protobuf::RepeatedPtrField<std::string>* shape,
                          std::initializer_list<NameKind> allowed,
@@ -91,6 +135,18 @@ class Loader {
   absl::Status LoadReplay(const YamlNode& root);
   // Every constraint must be satisfiable alone, and together.
   absl::Status CheckSpace(const YamlNode& seed);
+  // What `kforge validate` prints, checked where the error can name the field: every buffer
+  // shape on every size set, the reference's launches on every size set, and the seed's launches
+  // and scratch shapes with its default params on every size set.
+  absl::Status CheckEvaluates(const YamlNode& root);
+  // One shape on one size set (`where` says which, and the params): every dimension positive,
+  // the element count and bytes within kMaxBufferBytes.
+  absl::Status CheckShapeValue(const YamlNode& node,
+                               const google::protobuf::RepeatedPtrField<std::string>& shape,
+                               v1::DType dtype, const Bindings& env, absl::string_view where,
+                               int64_t* elements = nullptr);
+  absl::Status CheckLaunchValues(const YamlNode& node, const v1::Launch& launch,
+                                 const Bindings& env, absl::string_view where);
   std::string dir_;
   std::string file_;
   v1::Problem p_;

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "common/yaml_reader.h"
 
 #include <cerrno>
@@ -6,14 +5,103 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "yaml-cpp/depthguard.h"
 
 namespace kforge {
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], 0 when it is not one.
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t len = 0;
+  uint32_t cp = 0;
+  uint32_t min = 0;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2, cp = c & 0x1F, min = 0x80;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3, cp = c & 0x0F, min = 0x800;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (s.size() - i < len) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    const auto d = static_cast<unsigned char>(s[i + k]);
+    if ((d & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (d & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+}  // namespace
+
+std::optional<size_t> FirstInvalidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t len = Utf8SequenceLength(s, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// At most `max_bytes` of `s`, escaped; `*consumed` says how many bytes of `s` that was.
+std::string Escape(absl::string_view s, size_t max_bytes, size_t* consumed) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size() && i < max_bytes) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = Utf8SequenceLength(s, i);
+    if (len > 1) {
+      out.append(s.data() + i, len);
+      i += len;
+      continue;
+    }
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c >= 0x7f) {  // control characters and invalid bytes
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+    ++i;
+  }
+  *consumed = i;
+  return out;
+}
+
+}  // namespace
+
+std::string EchoValue(absl::string_view s, size_t max_bytes) {
+  size_t consumed = 0;
+  std::string out = Escape(s, max_bytes, &consumed);
+  if (consumed < s.size()) absl::StrAppend(&out, "... (", s.size(), " bytes)");
+  return out;
+}
+
+std::string Quoted(absl::string_view s, size_t max_bytes) {
+  size_t consumed = 0;
+  std::string out = absl::StrCat("'", Escape(s, max_bytes, &consumed), "'");
+  if (consumed < s.size()) absl::StrAppend(&out, "... (", s.size(), " bytes)");
+  return out;
+}
 
 YamlNode::YamlNode(YAML::Node node, std::string file, std::string path, YAML::Mark fallback)
     : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)), fallback_(fallback) {}
@@ -65,7 +153,13 @@ absl::StatusOr<std::vector<std::pair<std::string, YamlNode>>> YamlNode::Entries(
       return YamlNode(it->first, file_, path_, node_.Mark()).Error("map keys must be plain names");
     }
     std::string key = it->first.Scalar();
-    const std::string child_path = path_.empty() ? key : absl::StrCat(path_, ".", key);
+    if (auto bad = FirstInvalidUtf8(key)) {
+      return YamlNode(it->first, file_, path_, node_.Mark())
+          .Error(absl::StrCat("map key ", Quoted(key), " is not valid UTF-8 (byte ", *bad, ")"));
+    }
+    // The path shows the key as messages show any value: escaped, and cut when long.
+    const std::string child_path =
+        path_.empty() ? EchoValue(key) : absl::StrCat(path_, ".", EchoValue(key));
     YamlNode value(it->second, file_, child_path, it->first.Mark());
     value.key_mark_ = it->first.Mark();
     out.emplace_back(key, std::move(value));
@@ -90,14 +184,21 @@ absl::StatusOr<std::vector<YamlNode>> YamlNode::Items(bool allow_scalar) const {
 absl::StatusOr<std::string> YamlNode::AsString() const {
   if (!node_.IsDefined() || node_.IsNull()) return Error("missing value");
   if (!node_.IsScalar()) return Error("expected a single value, not a list or map");
-  return node_.Scalar();
+  const std::string& v = node_.Scalar();
+  if (auto bad = FirstInvalidUtf8(v)) {
+    return Error(absl::StrFormat("invalid UTF-8 at byte %d of the value (0x%02x): %s", *bad,
+                                 static_cast<unsigned char>(v[*bad]), Quoted(v)));
+  }
+  return v;
 }
 
 absl::StatusOr<int64_t> YamlNode::AsInt64() const {
   auto s = AsString();
   if (!s.ok()) return s.status();
   int64_t v = 0;
-  if (!absl::SimpleAtoi(*s, &v)) return Error(absl::StrCat("expected an integer, got '", *s, "'"));
+  if (!absl::SimpleAtoi(*s, &v)) {
+    return Error(absl::StrCat("expected an integer, got ", Quoted(*s)));
+  }
   return v;
 }
 
@@ -106,7 +207,7 @@ absl::StatusOr<double> YamlNode::AsDouble() const {
   if (!s.ok()) return s.status();
   double v = 0;
   if (!absl::SimpleAtod(*s, &v) || !std::isfinite(v)) {
-    return Error(absl::StrCat("expected a finite number, got '", *s, "'"));
+    return Error(absl::StrCat("expected a finite number, got ", Quoted(*s)));
   }
   return v;
 }
@@ -117,29 +218,43 @@ absl::StatusOr<bool> YamlNode::AsBool() const {
   const std::string lower = absl::AsciiStrToLower(*s);
   if (lower == "true" || lower == "yes" || lower == "on") return true;
   if (lower == "false" || lower == "no" || lower == "off") return false;
-  return Error(absl::StrCat("expected true or false, got '", *s, "'"));
+  return Error(absl::StrCat("expected true or false, got ", Quoted(*s)));
 }
 
 absl::Status YamlNode::CheckKeys(std::initializer_list<absl::string_view> allowed) const {
   if (!node_.IsMap()) return Error("expected a map");
   for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (!it->first.IsScalar()) {
+      return YamlNode(it->first, file_, path_, node_.Mark()).Error("map keys must be plain names");
+    }
     const std::string key = it->first.Scalar();
     bool ok = false;
     for (auto a : allowed) ok = ok || a == key;
     if (!ok) {
-      YamlNode at(it->first, file_, path_.empty() ? key : absl::StrCat(path_, ".", key),
+      // The key may be anything: the path shows it escaped and cut like any echoed value.
+      YamlNode at(it->first, file_,
+                  path_.empty() ? EchoValue(key) : absl::StrCat(path_, ".", EchoValue(key)),
                   node_.Mark());
-      return at.Error(absl::StrCat("unknown key '", key, "' (allowed: ",
-                                   absl::StrJoin(allowed, ", "), ")"));
+      return at.Error(absl::StrCat("unknown key ", Quoted(key),
+                                   " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<YamlNode> LoadYamlString(const std::string& text, std::string display_name) {
+  if (text.size() > static_cast<size_t>(kMaxYamlBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(display_name, ": larger than ", kMaxYamlBytes, " bytes (", text.size(), ")"));
+  }
   try {
     YAML::Node root = YAML::Load(text);
     return YamlNode(root, std::move(display_name), "", YAML::Mark());
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp bounds its recursion but reports it as "bad file".
+    return absl::InvalidArgumentError(
+        absl::StrCat(display_name, ":", e.mark.line + 1, ":", e.mark.column + 1,
+                     ": invalid YAML: nested too deeply (more than ", e.depth() - 1, " levels)"));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(display_name, ":", e.mark.line + 1, ":",
                                                    e.mark.column + 1, ": invalid YAML: ", e.msg));
@@ -152,9 +267,14 @@ absl::StatusOr<YamlNode> LoadYamlFile(const std::string& path, std::string displ
   if (!in) {
     return absl::NotFoundError(absl::StrCat(display_name, ": cannot open: ", std::strerror(errno)));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return LoadYamlString(ss.str(), std::move(display_name));
+  // Read at most one byte over the limit: a device file or a pipe never fills memory.
+  std::string text(static_cast<size_t>(kMaxYamlBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(display_name, ": cannot read: ", std::strerror(errno)));
+  }
+  return LoadYamlString(text, std::move(display_name));
 }
 
 }  // namespace kforge

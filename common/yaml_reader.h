@@ -3,8 +3,8 @@
 // A thin, non-throwing view over yaml-cpp that remembers where every value came from, so that
 // errors read "file:line:col: field.path: what is wrong".
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,9 +12,26 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kforge {
+
+// Files larger than this are refused before parsing (a problem.yaml is a few KB).
+inline constexpr int64_t kMaxYamlBytes = 16 << 20;
+
+// The byte offset of the first byte of `s` that does not start a valid UTF-8 sequence (overlong
+// forms, surrogates and code points above U+10FFFF are invalid), or nullopt when all of `s` is
+// valid. Linear; no recursion.
+[[nodiscard]] std::optional<size_t> FirstInvalidUtf8(absl::string_view s);
+
+// `s` made safe to quote in an error message: at most `max_bytes` of it, control characters and
+// bytes that are not valid UTF-8 written as \xNN (\n, \t and \r as such), and "... (N bytes)"
+// when it was cut.
+[[nodiscard]] std::string EchoValue(absl::string_view s, size_t max_bytes = 80);
+
+// The same between single quotes: 'value', or 'the first 80 bytes'... (N bytes).
+[[nodiscard]] std::string Quoted(absl::string_view s, size_t max_bytes = 80);
 
 class YamlNode {
  public:
@@ -43,6 +60,7 @@ class YamlNode {
   // Sequence items; a scalar is accepted as a one-item list when allow_scalar.
   absl::StatusOr<std::vector<YamlNode>> Items(bool allow_scalar = false) const;
 
+  // Scalars; every string is checked to be valid UTF-8 (an error names the byte offset).
   absl::StatusOr<std::string> AsString() const;
   absl::StatusOr<int64_t> AsInt64() const;
   absl::StatusOr<double> AsDouble() const;
@@ -59,7 +77,9 @@ class YamlNode {
   YAML::Mark key_mark_;  // set by Entries()
 };
 
-// Parses a YAML file; syntax errors carry the file, line and column.
+// Parses a YAML file; syntax errors carry the file, line and column. Nesting deeper than the
+// parser's bound (yaml-cpp stops at 500 levels, well before the stack runs out) and files over
+// kMaxYamlBytes are refused with a clear error.
 [[nodiscard]] absl::StatusOr<YamlNode> LoadYamlFile(const std::string& path,
                                                      std::string display_name = "");
 [[nodiscard]] absl::StatusOr<YamlNode> LoadYamlString(const std::string& text,

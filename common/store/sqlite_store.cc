@@ -3,9 +3,11 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace kforge {
 
@@ -72,6 +74,12 @@ class Stmt {
     return std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i)));
   }
   int64_t ColumnInt(int i) const { return sqlite3_column_int64(s_, i); }
+  std::string ColumnText(int i) const {
+    const unsigned char* p = sqlite3_column_text(s_, i);
+    return p == nullptr ? ""
+                        : std::string(reinterpret_cast<const char*>(p),
+                                      static_cast<size_t>(sqlite3_column_bytes(s_, i)));
+  }
 
  private:
   sqlite3_stmt* s_ = nullptr;
@@ -106,6 +114,13 @@ absl::StatusOr<std::vector<Msg>> CollectRows(Stmt& s, const char* what, sqlite3*
 int SqliteStore::LatestSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  // SQLite takes "" for a private temporary database, deleted on close: nothing would be kept.
+  if (path.empty()) {
+    return absl::InvalidArgumentError("database path is empty (give a file, or \":memory:\")");
+  }
+  std::error_code ec;
+  const bool existing = path != ":memory:" && std::filesystem::exists(path, ec) &&
+                        std::filesystem::file_size(path, ec) > 0 && !ec;
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                                  nullptr);
@@ -116,6 +131,9 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   }
   std::unique_ptr<SqliteStore> s(new SqliteStore(db, path));
   sqlite3_busy_timeout(db, 10000);
+  if (existing) {
+    if (absl::Status st = s->QuickCheck(); !st.ok()) return st;
+  }
   if (path != ":memory:") {
     // Switching to WAL needs an exclusive lock and does not always wait on the busy handler:
     // retry while another connection is opening the same file.
@@ -132,6 +150,26 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
 }
 
 SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+
+absl::Status SqliteStore::QuickCheck() {
+  // Overwritten pages can go unnoticed until a query reads them (or forever, returning wrong
+  // rows): check the whole file's structure once, before anything else touches it.
+  Stmt q(db_, "PRAGMA quick_check(10)");
+  std::vector<std::string> problems;
+  int rc = q.ok() ? SQLITE_ROW : sqlite3_errcode(db_);
+  if (q.ok()) {
+    while ((rc = q.Step()) == SQLITE_ROW) {
+      std::string line = q.ColumnText(0);
+      if (line != "ok") problems.push_back(std::move(line));
+    }
+  }
+  if (rc == SQLITE_DONE && problems.empty()) return absl::OkStatus();
+  std::string detail = problems.empty() ? sqlite3_errmsg(db_) : absl::StrJoin(problems, "; ");
+  if (detail.size() > 500) detail = absl::StrCat(detail.substr(0, 500), "...");
+  return absl::DataLossError(
+      absl::StrCat(path_, ": the database is damaged (PRAGMA quick_check: ", detail,
+                   "); restore it from a copy or start a new one with --db"));
+}
 
 absl::Status SqliteStore::Error(const char* what) const {
   return absl::InternalError(absl::StrCat(path_, ": ", what, ": ", sqlite3_errmsg(db_)));

@@ -14,7 +14,9 @@ namespace kforge {
 // open; a file written by a newer kforge is refused. Thread-safe (one connection, serialised).
 class SqliteStore final : public Store {
  public:
-  // Opens or creates the database file (":memory:" for a private in-memory database).
+  // Opens or creates the database file (":memory:" for a private in-memory database). An
+  // existing file is checked first (PRAGMA quick_check): a damaged one is refused (DataLoss,
+  // naming the file). An empty path is refused (SQLite would keep a temporary file).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
   ~SqliteStore() override;
 
@@ -36,6 +38,8 @@ class SqliteStore final : public Store {
  private:
   explicit SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Migrate();
+  // PRAGMA quick_check: a DataLoss error naming the file when its pages are damaged.
+  absl::Status QuickCheck();
   absl::Status Exec(const std::string& sql);
   absl::Status Error(const char* what) const;
   bool JobExists(const std::string& job_id);

@@ -159,6 +159,102 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Breakage>& info) { return std::string(info.param.name); });
 
 // ---------------------------------------------------------------------------------------------
+// Bad input exits 2 in every command, with the same located message.
+
+TEST(KforgeCliTest, EvalAndRunRefuseWhatValidateRefuses) {
+  struct Case {
+    std::string from, to, what;
+  };
+  const std::vector<Case> cases = {
+      {"shape: [M, K]", "shape: [M, \"K - K\"]",
+       "buffers.A.shape[1]: 'K - K' evaluates to 0 on size set 'default'"},
+      {"shape: [M, K]", "shape: [M, \"K / 0\"]",
+       "buffers.A.shape[1]: 'K / 0' on size set 'default': division by zero"},
+      {"shape: [M, K]", "shape: [1000000000, 1000000000]",
+       "buffers.A.shape: 1000000000000000000 elements of f32"},
+      {"Single-precision", "Single\xff-precision", "description: invalid UTF-8"},
+      {"local: [16, 16]", "local: [16, 15]",
+       "reference.launches[0].local[1]: global size 256 is not a multiple"},
+  };
+  TempDir dir;
+  const std::string src = SourceDir() + "/examples/opencl/matmul";
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.to);
+    const std::string copy = dir.CopyTree(src, absl::StrCat("m", n++));
+    std::string yaml = dir.Read(absl::StrCat("m", n - 1, "/problem.yaml"));
+    const size_t pos = yaml.find(c.from);
+    ASSERT_NE(pos, std::string::npos) << c.from;
+    yaml.replace(pos, c.from.size(), c.to);
+    dir.Write(absl::StrCat("m", n - 1, "/problem.yaml"), yaml);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"validate", copy},
+          {"eval", copy},
+          {"run", copy, "--budget", "1", "--db", dir.path() + "/x.db", "--out",
+           dir.path() + "/out"}}) {
+      RunResult r = RunProgram(Kforge(), args);
+      EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << Describe(r);
+      EXPECT_THAT(r.err, HasSubstr(absl::StrCat("kforge ", args[0], ": ", copy, "/problem.yaml:")))
+          << Describe(r);
+      EXPECT_THAT(r.err, HasSubstr(c.what)) << Describe(r);
+    }
+    EXPECT_FALSE(fs::exists(dir.path() + "/x.db"));
+  }
+}
+
+TEST(KforgeCliTest, EvalRefusesBadParamsAndPlans) {
+  TempDir dir;
+  const std::string matmul = SourceDir() + "/examples/opencl/matmul";
+  RunResult r = RunProgram(Kforge(), {"eval", matmul, "--params", "NOPE=4"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("'NOPE' is not a param"));
+  r = RunProgram(Kforge(), {"eval", matmul, "--params", "TILE=7"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("is not an allowed assignment"));
+  const std::string plan = dir.Write("plan.yaml",
+                                     "launches:\n  - {kernel: matmul, global: [\"N / 0\", M], "
+                                     "local: [1, 1], args: [A, B, C, M, N, K]}\n");
+  r = RunProgram(Kforge(), {"eval", matmul, "--launches", plan});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr(plan + ": for size set 'default'"));
+  EXPECT_THAT(r.err, HasSubstr("division by zero"));
+  const std::string bad_source = dir.Write("bad.cl", "kernel void matmul() {} // \xff\n");
+  r = RunProgram(Kforge(), {"eval", matmul, "--source", bad_source});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("not valid UTF-8"));
+}
+
+TEST(KforgeCliTest, RunRefusesAnEmptyDatabasePath) {
+  TempDir dir;
+  RunResult r = RunProgram(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget",
+                                      "2", "--db", "", "--out", dir.path() + "/out"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--db"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/out"));
+}
+
+TEST(KforgeCliTest, RunRefusesADamagedDatabase) {
+  TempDir dir;
+  const std::string pnpoly = SourceDir() + "/examples/replay/pnpoly";
+  const std::string db = dir.path() + "/k.db";
+  RunResult r = RunProgram(Kforge(), {"run", pnpoly, "--budget", "20", "--db", db, "--out",
+                                      dir.path() + "/out", "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string bytes = dir.Read("k.db");
+  const size_t page =
+      (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+  const size_t pages = bytes.size() / page;
+  ASSERT_GE(pages, 3u);
+  for (size_t i = 0; i < page; ++i)
+    bytes[(pages / 2) * page + i] = static_cast<char>(0x5A ^ (i * 13));
+  dir.Write("k.db", bytes);
+  r = RunProgram(Kforge(),
+                 {"run", pnpoly, "--budget", "20", "--db", db, "--out", dir.path() + "/out2"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr(db + ": the database is damaged")) << Describe(r);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Service binaries.
 
 struct Service {

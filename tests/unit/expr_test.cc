@@ -371,6 +371,35 @@ TEST(ExprParseErrorTest, TooDeepNesting) {
   EXPECT_EQ(Eval(ok), 1);
 }
 
+TEST(ExprParseErrorTest, HostileInputIsRefusedWithShortMessages) {
+  // 100,000 nested parentheses: refused for its length before any recursion.
+  const std::string deep = std::string(100000, '(') + "1" + std::string(100000, ')');
+  absl::Status st = ParseError(deep);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(Msg(st), HasSubstr("longer than"));
+  // Within the length, nesting is bounded.
+  EXPECT_THAT(Msg(ParseError(std::string(2000, '(') + "1" + std::string(2000, ')'))),
+              HasSubstr("nested too deeply"));
+  EXPECT_THAT(Msg(ParseError(std::string(4000, '!') + "1")), HasSubstr("nested too deeply"));
+  // Long names are cut in messages.
+  const std::string name(4000, 'f');
+  st = ParseError(name + "(1, 2)");
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(Msg(st),
+              HasSubstr("unknown function '" + std::string(80, 'f') + "'... (4000 bytes)"));
+  EXPECT_LT(Msg(st).size(), 300u);
+  auto v = EvaluateExpr(std::string(5000, 'x'), {});
+  ASSERT_FALSE(v.ok());
+  EXPECT_LT(Msg(v.status()).size(), 300u);
+  v = EvaluateExpr(name, {});
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(Msg(v.status()),
+              HasSubstr("undefined name '" + std::string(80, 'f') + "'... (4000 bytes)"));
+  EXPECT_LT(Msg(v.status()).size(), 400u);
+  // A byte that is not printable is shown escaped.
+  EXPECT_THAT(Msg(ParseError("1 + \x01")), HasSubstr("'\\x01'"));
+}
+
 TEST(ExprParseErrorTest, ComparisonOperatorsAreNotSplit) {
   // "<" must not take the first half of "<=" and leave "=" behind, and "!=" is not "!" "=".
   EXPECT_TRUE(ParseError("1 <= 2").ok());

@@ -4,11 +4,14 @@
 
 #include <cctype>
 #include <cstdio>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/problem_loader_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/temp_dir.h"
@@ -288,6 +291,13 @@ class ProblemLoaderErrorTest : public ::testing::Test {
     EXPECT_GT(at.column, 0) << msg;
     EXPECT_EQ(at.path, path) << msg;
     for (const auto& w : what) EXPECT_THAT(at.what, HasSubstr(w)) << msg;
+  }
+
+  // The message of a folder that must not load.
+  std::string ErrorOf(const std::string& yaml) {
+    auto p = LoadProblem(WriteProblem(dir_, yaml, absl::StrCat("case", n_++)));
+    EXPECT_FALSE(p.ok()) << "loaded although it should not";
+    return p.ok() ? "" : Msg(p.status());
   }
 
   TempDir dir_;
@@ -781,6 +791,277 @@ TEST(ProblemLoaderReplayTest, CacheOnlyForReplay) {
   const Located at = Parse(folder + "/problem.yaml", Msg(p.status()));
   EXPECT_EQ(at.line, LineOf(y, "replay:")) << p.status();
   EXPECT_EQ(at.path, "replay");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input: the scanners that replaced std::regex, long values, invalid UTF-8, and values
+// that cannot be evaluated. Messages name the field and echo at most 80 bytes of any value.
+
+using loader_internal::DefinesFunction;
+using loader_internal::IsIdentifier;
+using loader_internal::IsProblemName;
+using loader_internal::SplitCall;
+
+std::string RandomText(std::mt19937& rng, absl::string_view alphabet, size_t max_len) {
+  std::string out(std::uniform_int_distribution<size_t>(0, max_len)(rng), ' ');
+  for (char& c : out)
+    c = alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(rng)];
+  return out;
+}
+
+// On short strings, where std::regex is safe, the scanners mean exactly what the regexes did.
+TEST(ProblemLoaderScannerTest, SameMeaningAsTheRegexes) {
+  const std::regex ident("[A-Za-z_][A-Za-z0-9_]*");
+  const std::regex problem_name("[A-Za-z0-9_.-]+");
+  const std::regex call(R"(([a-z]+)\s*\(([^()]*)\))");
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const std::string s = RandomText(rng, "aZ_9.-( )\t\v\n\r,x\xc3", 12);
+    EXPECT_EQ(IsIdentifier(s), std::regex_match(s, ident)) << s;
+    EXPECT_EQ(IsProblemName(s), std::regex_match(s, problem_name)) << s;
+    absl::string_view fn, args;
+    std::smatch m;
+    const bool matched = std::regex_match(s, m, call);
+    ASSERT_EQ(SplitCall(s, &fn, &args), matched) << s;
+    if (matched) {
+      EXPECT_EQ(fn, m[1].str()) << s;
+      EXPECT_EQ(args, m[2].str()) << s;
+    }
+  }
+  for (int i = 0; i < 20000; ++i) {
+    const std::string source = RandomText(rng, "ab_1 (\t\n;\f", 24);
+    for (const std::string name : {"a", "ab", "b1", "_", "a_b"}) {
+      const bool want = std::regex_search(source, std::regex("\\b" + name + "\\s*\\("));
+      EXPECT_EQ(DefinesFunction(source, name), want) << "'" << source << "' " << name;
+    }
+  }
+}
+
+TEST(ProblemLoaderScannerTest, MegabyteInputs) {
+  const std::string word(1 << 20, 'k');
+  EXPECT_TRUE(IsIdentifier(word));
+  EXPECT_FALSE(IsIdentifier(word + "-"));
+  EXPECT_TRUE(IsProblemName(word + "-.1"));
+  EXPECT_TRUE(DefinesFunction(word + std::string(1 << 20, ' ') + "(", word));
+  EXPECT_FALSE(DefinesFunction(word + std::string(1 << 20, '\n') + ";", word));
+  EXPECT_FALSE(DefinesFunction("x" + word + " (", word));
+  absl::string_view fn, args;
+  const std::string call =
+      "uniform" + std::string(1 << 20, ' ') + "(" + std::string(1 << 20, '1') + ")";
+  EXPECT_TRUE(SplitCall(call, &fn, &args));
+  EXPECT_EQ(fn, "uniform");
+  EXPECT_EQ(args.size(), size_t{1} << 20);
+  const std::string letters(1 << 20, 'a');
+  EXPECT_FALSE(SplitCall(letters, &fn, &args));
+}
+
+// Every message of these tests must be short whatever the input's length.
+constexpr size_t kShortMessage = 2000;
+
+TEST_F(ProblemLoaderErrorTest, LongNamesLoadOrAreCut) {
+  for (size_t n : {size_t{100'000}, size_t{1'000'000}}) {
+    SCOPED_TRACE(n);
+    const std::string name(n, 'a');
+    // Valid however long.
+    v1::Problem p = MustLoad(
+        WriteProblem(dir_, ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + name),
+                     absl::StrCat("ok", n)));
+    EXPECT_EQ(p.name().size(), n);
+    // One bad character: refused with a message that quotes 80 bytes and says how long it was.
+    const std::string y = ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + name + "!");
+    ExpectError(y, "name:", "name",
+                {"'" + std::string(80, 'a') + "'... (" + std::to_string(n + 1) + " bytes)",
+                 "not a valid problem name"});
+    EXPECT_LT(ErrorOf(y).size(), kShortMessage);
+    // A buffer name (YAML keys are at most 1024 characters): cut in the path and the message.
+    const std::string key(1000, 'a');
+    const std::string b = ReplaceOnce(kProblemYaml, "  idx: {dtype", "  " + key + "-: {dtype");
+    ExpectError(b, key + "-: {dtype", "buffers." + std::string(80, 'a') + "... (1001 bytes)",
+                {"'" + std::string(80, 'a') + "'... (1001 bytes) is not a valid name"});
+    EXPECT_LT(ErrorOf(b).size(), kShortMessage);
+    // A size set name as long: fine.
+    MustLoad(WriteProblem(dir_, ReplaceOnce(kProblemYaml, "{name: odd", "{name: " + name),
+                          absl::StrCat("set", n)));
+    // A description as long: fine.
+    p = MustLoad(WriteProblem(
+        dir_,
+        ReplaceOnce(kProblemYaml, "description: C = A * B with extras", "description: " + name),
+        absl::StrCat("desc", n)));
+    EXPECT_EQ(p.description().size(), n);
+  }
+}
+
+TEST_F(ProblemLoaderErrorTest, LongFillStrings) {
+  for (size_t n : {size_t{100'000}, size_t{1'000'000}}) {
+    SCOPED_TRACE(n);
+    const std::string spaces(n, ' ');
+    // Long whitespace inside a valid fill.
+    v1::Problem p =
+        MustLoad(WriteProblem(dir_,
+                              ReplaceOnce(kProblemYaml, "fill: \"uniform(-2, 2)\"",
+                                          "fill: \"uniform" + spaces + "(-2," + spaces + "2)\""),
+                              absl::StrCat("ws", n)));
+    EXPECT_DOUBLE_EQ(p.buffers(0).fill().a(), -2);
+    EXPECT_DOUBLE_EQ(p.buffers(0).fill().b(), 2);
+    // Long garbage, long lists of numbers, long numbers, unbalanced parentheses.
+    for (const std::string& fill :
+         {std::string(n, 'u'), "uniform(" + std::string(n, '(') + ")",
+          "uniform(" + std::string(n, '1') + ")", "uniform(1" + std::string(n / 2, ',') + ")",
+          "uniform(" + std::string(n, ')'), "constant(" + std::string(n, '9') + "e9)"}) {
+      const std::string y =
+          ReplaceOnce(kProblemYaml, "fill: \"uniform(-2, 2)\"", "fill: \"" + fill + "\"");
+      const std::string msg = ErrorOf(y);
+      EXPECT_THAT(msg, HasSubstr("buffers.A.fill: ")) << msg.substr(0, 300);
+      EXPECT_LT(msg.size(), kShortMessage) << msg.substr(0, 300);
+    }
+  }
+}
+
+TEST_F(ProblemLoaderErrorTest, LongKernelNamesAndWhitespace) {
+  for (size_t n : {size_t{100'000}, size_t{1'000'000}}) {
+    SCOPED_TRACE(n);
+    const std::string name(n, 'k');
+    // Not in the source: refused, the name cut in the message.
+    const std::string y = ReplaceOnce(kProblemYaml, "kernel: matmul\n", "kernel: " + name + "\n");
+    ExpectError(y, "kernel: kkk", "seed.launches[0].kernel",
+                {"is not defined in seed.cl", "bytes)"});
+    EXPECT_LT(ErrorOf(y).size(), kShortMessage);
+    // Long whitespace between the name and '(' in the source, and a long run elsewhere.
+    const std::string folder = WriteProblem(dir_, kProblemYaml, absl::StrCat("ws", n));
+    dir_.Write(absl::StrCat("ws", n, "/seed.cl"),
+               absl::StrCat("// ", std::string(n / 4, ' '), "\n", std::string(n / 4, '\t'),
+                            "kernel void matmul", std::string(n / 4, ' '), std::string(n / 8, '\n'),
+                            "(global float* A) {", std::string(n / 8, ' '), "}\n"));
+    MustLoad(folder);
+    // A source with only whitespace, and a 40 KB #error line: the definition is missing.
+    const std::string folder2 = WriteProblem(dir_, kProblemYaml, absl::StrCat("blank", n));
+    dir_.Write(absl::StrCat("blank", n, "/seed.cl"),
+               absl::StrCat("#error ", std::string(40'000, 'e'), "\n", std::string(n / 2, ' ')));
+    auto p = LoadProblem(folder2);
+    ASSERT_FALSE(p.ok());
+    EXPECT_THAT(Msg(p.status()), HasSubstr("kernel 'matmul' is not defined in seed.cl"));
+  }
+  // A 500 KB kernel name that is defined loads.
+  const std::string name(500'000, 'q');
+  const std::string folder = WriteProblem(
+      dir_, ReplaceOnce(kProblemYaml, "kernel: matmul\n", "kernel: " + name + "\n"), "longname");
+  dir_.Write("longname/seed.cl", "kernel void " + name + " (global float* A) {}\n");
+  const v1::Problem p = MustLoad(folder);
+  EXPECT_EQ(p.seed().launches(0).kernel(), name);
+}
+
+TEST_F(ProblemLoaderErrorTest, LongExpressionsAreCut) {
+  const std::string y = ReplaceOnce(kProblemYaml, "shape: [M, K]",
+                                    "shape: [\"M" + std::string(200'000, ' ') + "+\"]");
+  ExpectError(y, "A: {dtype", "buffers.A.shape[0]",
+              {"bad expression 'M", "(200002 bytes)", "longer than 4096"});
+  EXPECT_LT(ErrorOf(y).size(), kShortMessage);
+  const std::string name(100'000, 'z');
+  const std::string y2 = ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [M, " + name + "]");
+  ExpectError(y2, "A: {dtype", "buffers.A.shape[1]", {"bad expression 'zzz", "(100000 bytes)"});
+  EXPECT_LT(ErrorOf(y2).size(), kShortMessage);
+}
+
+TEST_F(ProblemLoaderErrorTest, InvalidUtf8IsRefusedWhereItIs) {
+  // Every string field: the message names the field and the byte; nothing else gets through.
+  ExpectError(ReplaceOnce(kProblemYaml, "with extras", "with \xff extras"),
+              "description:", "description", {"invalid UTF-8 at byte 15 of the value (0xff)"});
+  ExpectError(ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: matmul\xc3"), "name: matmul",
+              "name", {"invalid UTF-8"});
+  ExpectError(ReplaceOnce(kProblemYaml, "uniform(-2, 2)", "uniform(-2,\xed\xa0\x80 2)"),
+              "A: {dtype", "buffers.A.fill", {"invalid UTF-8"});  // a surrogate
+  ExpectError(ReplaceOnce(kProblemYaml, "{name: odd",
+                          "{name: o\xc0\xaf"
+                          "d"),
+              "{name: o", "sizes[1].name", {"invalid UTF-8"});  // an overlong '/'
+  ExpectError(ReplaceOnce(kProblemYaml, "source: seed.cl",
+                          "source: se\xe9"
+                          "d.cl"),
+              "source: se", "seed.source", {"invalid UTF-8"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [M, \"K\xf8\"]"), "A: {dtype",
+              "buffers.A.shape[1]", {"invalid UTF-8"});
+  ExpectError(ReplaceOnce(kProblemYaml, "  idx: {dtype", "  id\x80x: {dtype"), "x: {dtype",
+              "buffers", {"map key 'id\\x80x' is not valid UTF-8"});
+  ExpectError(ReplaceOnce(kProblemYaml, "  alpha: {dtype: f32,", "  alpha: {dtype: f32, \xfe: 1,"),
+              "alpha:", "scalars.alpha.\\xfe", {"unknown key '\\xfe'"});
+  // Valid multi-byte text is fine.
+  const v1::Problem p = MustLoad(WriteProblem(
+      dir_,
+      ReplaceOnce(kProblemYaml, "with extras", "with \xc3\xa9\xe6\x97\xa5\xf0\x9f\x99\x82 extras"),
+      "utf8"));
+  EXPECT_EQ(p.description(), "C = A * B with \xc3\xa9\xe6\x97\xa5\xf0\x9f\x99\x82 extras");
+
+  // A kernel source: file, line and column in the source, and the field that named it.
+  const std::string folder = WriteProblem(dir_, kProblemYaml, "src");
+  dir_.Write("src/seed.cl", std::string(kSeedCl) + "// caf\xe9\n");
+  auto bad = LoadProblem(folder);
+  ASSERT_FALSE(bad.ok());
+  const int line = LineOf(std::string(kSeedCl) + "// caf\xe9\n", "// caf");
+  EXPECT_THAT(Msg(bad.status()),
+              StartsWith(absl::StrCat(folder, "/seed.cl:", line,
+                                      ":7: seed.source: source file 'seed.cl' is not "
+                                      "valid UTF-8 (byte 0xe9")));
+}
+
+TEST_F(ProblemLoaderErrorTest, ShapesAndLaunchesMustEvaluate) {
+  // What `kforge validate` reports without a location is found here, with one.
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [M, \"0\"]"), "A: {dtype",
+              "buffers.A.shape[1]", {"'0' evaluates to 0 on size set 'square' (must be positive)"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [M, \"K - 5\"]"), "A: {dtype",
+              "buffers.A.shape[1]", {"'K - 5' evaluates to 0 on size set 'odd'"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [M, \"N / 0\"]"), "A: {dtype",
+              "buffers.A.shape[1]", {"'N / 0' on size set 'square': division by zero"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [M, \"9223372036854775807 + K\"]"),
+              "A: {dtype", "buffers.A.shape[1]", {"integer overflow"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [1000000000, 1000000000]"),
+              "A: {dtype", "buffers.A.shape",
+              {"1000000000000000000 elements of f32 on size set 'square' are more than"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [M, K]", "shape: [4611686018427387904, 4]"),
+              "A: {dtype", "buffers.A.shape", {"number of elements overflows"});
+  // The reference's launches on every size set.
+  ExpectError(ReplaceOnce(kProblemYaml, "global: [\"ceil_div(N, BS) * BS\"",
+                          "global: [\"N / (K - 5) * 0 + 64\""),
+              "global: [\"N / (K - 5)", "reference.launches[0].global[0]",
+              {"on size set 'odd': division by zero"});
+  // The seed's, with its default params: a local size that does not divide the global one.
+  ExpectError(ReplaceOnce(kProblemYaml, "\"ceil_div(M, TILE) * TILE\"]", "M]"),
+              "local: [\"TILE / WPT\", TILE]", "seed.launches[0].local[1]",
+              {"global size 33 is not a multiple of local size 8 in dimension 1 on size set 'odd' "
+               "with TILE=8,WPT=1"});
+  ExpectError(ReplaceOnce(kProblemYaml, "\"K / 2\"]", "\"K / (K - 5)\"]"),
+              "args: [A, B, C, M, N, K, partial", "seed.launches[0].args[7]",
+              {"on size set 'odd' with TILE=8,WPT=1: division by zero"});
+  ExpectError(ReplaceOnce(kProblemYaml, "shape: [\"ceil_div(M, TILE)\", N]",
+                          "shape: [\"ceil_div(M, TILE)\", \"N - 17\"]"),
+              "partial: {dtype", "seed.scratch.partial.shape[1]",
+              {"evaluates to 0 on size set 'odd'"});
+}
+
+TEST_F(ProblemLoaderErrorTest, FillsMustStayWithinTheDtype) {
+  // A: f32, B: f16, idx: i32, bytes: u8 (fill zeros), acc: f64 arange(0, 0.5) over M elements.
+  const std::string a = "fill: \"uniform(-2, 2)\"";
+  ExpectError(ReplaceOnce(kProblemYaml, a, "fill: \"uniform(-1e39, 1)\""), "A: {dtype",
+              "buffers.A.fill", {"the fill's bounds are out of range (f32 holds"});
+  ExpectError(ReplaceOnce(kProblemYaml, a, "fill: \"normal(0, 1e38)\""), "A: {dtype",
+              "buffers.A.fill", {"ten standard deviations"});
+  ExpectError(ReplaceOnce(kProblemYaml, "B: {dtype: f16, shape: [K, N], role: in}",
+                          "B: {dtype: f16, shape: [K, N], role: in, fill: \"constant(70000)\"}"),
+              "B: {dtype", "buffers.B.fill", {"value is out of range (f16 holds -65504 to 65504)"});
+  ExpectError(
+      ReplaceOnce(kProblemYaml, "idx: {dtype: i32, shape: [N], role: in}",
+                  "idx: {dtype: i32, shape: [N], role: in, fill: \"randint(-1e300, 1e300)\"}"),
+      "idx: {dtype", "buffers.idx.fill", {"out of range"});
+  ExpectError(ReplaceOnce(kProblemYaml, "fill: zeros", "fill: \"randint(0, 256)\""),
+              "bytes: {dtype", "buffers.bytes.fill", {"out of range (u8 holds 0 to 255)"});
+  // An arange's end depends on the size set: M = 64 elements of f64 from 0 by 1e307 overflow.
+  ExpectError(ReplaceOnce(kProblemYaml, "arange(0, 0.5)", "arange(0, 1e307)"), "acc: {dtype",
+              "buffers.acc.fill",
+              {"the fill's last value", "on size set 'square' is out of range"});
+  // f64 holds any finite bounds, but not a range wider than that.
+  ExpectError(ReplaceOnce(kProblemYaml, "arange(0, 0.5)", "uniform(-1e308, 1e308)"), "acc: {dtype",
+              "buffers.acc.fill", {"out of range"});
+  MustLoad(WriteProblem(dir_, ReplaceOnce(kProblemYaml, "arange(0, 0.5)", "uniform(-1e307, 1e307)"),
+                        "f64"));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,6 +66,16 @@ std::unique_ptr<SqliteStore> MustOpen(const std::string& path) {
   auto s = SqliteStore::Open(path);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : nullptr;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
 }
 
 // Runs SQL on the file through a second, independent connection.
@@ -194,6 +206,51 @@ TEST(SqliteStoreTest, OpeningAFileThatIsNotADatabaseFails) {
   TempDir dir;
   const std::string path = dir.Write("garbage.db", std::string(4096, 'x'));
   auto s = SqliteStore::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(path));
+}
+
+TEST(SqliteStoreTest, OpeningAnEmptyPathIsRefused) {
+  // SQLite would open a private temporary file and keep nothing.
+  auto s = SqliteStore::Open("");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("database path is empty"));
+}
+
+// A real database with a page overwritten in the middle of the file.
+TEST(SqliteStoreTest, ADamagedFileIsRefusedNamingIt) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  {
+    auto s = MustOpen(path);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->CreateJob(MakeContractJob("j1")).ok());
+    for (int i = 0; i < 300; ++i) {
+      v1::Candidate c = MakeContractCandidate("j1", absl::StrCat("c", i), absl::StrCat("h", i), i);
+      c.set_source(std::string(2000, static_cast<char>('a' + i % 26)));
+      ASSERT_TRUE(s->InsertCandidate(c).value_or(false));
+    }
+  }                                        // closing checkpoints the WAL into the file
+  ASSERT_TRUE(MustOpen(path) != nullptr);  // intact: opens
+  std::string bytes = ReadAll(path);
+  ASSERT_GT(bytes.size(), 100u);
+  const size_t page =
+      (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+  const size_t pages = bytes.size() / page;
+  ASSERT_GT(pages, 10u);
+  for (size_t i = 0; i < page; ++i)
+    bytes[(pages / 2) * page + i] = static_cast<char>(0xA5 ^ (i * 7));
+  WriteAll(path, bytes);
+  auto s = SqliteStore::Open(path);
+  ASSERT_FALSE(s.ok()) << "a database with an overwritten page was opened";
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(path + ": the database is damaged"));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("quick_check"));
+
+  // Garbage after a valid header page: also refused.
+  WriteAll(path, bytes.substr(0, page) + std::string(bytes.size() - page, '\x5a'));
+  s = SqliteStore::Open(path);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.status().message()), HasSubstr(path));
 }

@@ -210,9 +210,19 @@ TEST(ValidateSummaryTest, GlobalNotAMultipleOfLocalIsRejected) {
   // Square set: 64 x 64 with local 16 x 16 is fine; the odd set gives 17 x 33.
   const std::string y = ReplaceOnce(kProblemYaml, "global: [\"ceil_div(N, BS) * BS\", \"ceil_div(M, BS) * BS\"]",
                                     "global: [N, M]");
-  auto p = LoadProblem(WriteProblem(dir, y));
-  ASSERT_TRUE(p.ok()) << p.status();
-  auto s = SummariseProblem(*p);
+  // The loader refuses it, naming the field.
+  auto bad = LoadProblem(WriteProblem(dir, y, "bad"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(
+      std::string(bad.status().message()),
+      HasSubstr(
+          "reference.launches[0].local[0]: global size 17 is not a multiple of local size 16 in "
+          "dimension 0 on size set 'odd'"));
+  // A problem made by hand is refused by the summary.
+  v1::Problem p = Load(WriteProblem(dir));
+  p.mutable_reference()->mutable_launches(0)->set_global(0, "N");
+  p.mutable_reference()->mutable_launches(0)->set_global(1, "M");
+  auto s = SummariseProblem(p);
   ASSERT_FALSE(s.ok()) << "accepted global [17, 33] with local [16, 16]:\n" << *s;
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("matmul_ref"));
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("'odd'"));

@@ -253,5 +253,103 @@ TEST(YamlReaderTest, EmptyDocumentIsUndefined) {
   EXPECT_FALSE(root.Child("a").defined());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hostile input.
+
+TEST(YamlReaderHostileTest, DeepNestingIsRefusedClearly) {
+  // yaml-cpp recurses per level and stops at 500: each form, 100,000 deep, is an error that
+  // says what is wrong (yaml-cpp's own message is "bad file").
+  std::string maps;
+  for (int i = 0; i < 100000; ++i) maps += "{a: ";
+  std::string dashes;
+  for (int i = 0; i < 100000; ++i) dashes += "- ";
+  std::string indented;
+  for (int i = 0; i < 2000; ++i) indented += std::string(i, ' ') + "a:\n";
+  for (const std::string& text :
+       {"a: " + std::string(100000, '[') + "1" + std::string(100000, ']') + "\n",
+        maps + "1" + std::string(100000, '}'), dashes + "1\n",
+        indented + std::string(2000, ' ') + "1\n"}) {
+    auto n = LoadYamlString(text, "deep.yaml");
+    ASSERT_FALSE(n.ok());
+    EXPECT_THAT(Msg(n.status()), StartsWith("deep.yaml:"));
+    EXPECT_THAT(Msg(n.status()),
+                HasSubstr("invalid YAML: nested too deeply (more than 499 levels)"));
+  }
+  // 400 levels are fine.
+  auto ok =
+      LoadYamlString("a: " + std::string(400, '[') + "1" + std::string(400, ']') + "\n", "ok.yaml");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+TEST(YamlReaderHostileTest, OversizedInputIsRefused) {
+  auto n = LoadYamlString(std::string(kMaxYamlBytes + 1, ' '), "big.yaml");
+  ASSERT_FALSE(n.ok());
+  EXPECT_THAT(Msg(n.status()), StartsWith("big.yaml: larger than 16777216 bytes"));
+  // A device that never ends is read only up to the limit.
+  auto z = LoadYamlFile("/dev/zero", "zero.yaml");
+  ASSERT_FALSE(z.ok());
+  EXPECT_THAT(Msg(z.status()), StartsWith("zero.yaml: larger than"));
+}
+
+TEST(YamlReaderHostileTest, Utf8Validation) {
+  EXPECT_EQ(FirstInvalidUtf8(""), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("plain ascii\n\t"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("\xc3\xa9\xe6\x97\xa5\xf0\x9f\x99\x82\xf4\x8f\xbf\xbf"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8(std::string("nul\0inside", 10)), std::nullopt);  // NUL is valid UTF-8
+  EXPECT_EQ(FirstInvalidUtf8("ab\xff"), 2u);                                  // never valid
+  EXPECT_EQ(FirstInvalidUtf8("a\x80"), 1u);                 // lone continuation byte
+  EXPECT_EQ(FirstInvalidUtf8("a\xc3"), 1u);                 // cut short
+  EXPECT_EQ(FirstInvalidUtf8("\xc3("), 0u);                 // not a continuation
+  EXPECT_EQ(FirstInvalidUtf8("\xc0\xaf"), 0u);              // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xe0\x80\xaf"), 0u);          // overlong
+  EXPECT_EQ(FirstInvalidUtf8("x\xed\xa0\x80"), 1u);         // surrogate U+D800
+  EXPECT_EQ(FirstInvalidUtf8("\xf4\x90\x80\x80"), 0u);      // above U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("\xf8\x88\x80\x80\x80"), 0u);  // five-byte form
+  const std::string big = std::string(1 << 20, 'a') + "\xfe";
+  EXPECT_EQ(FirstInvalidUtf8(big), size_t{1} << 20);
+}
+
+TEST(YamlReaderHostileTest, EchoValueEscapesAndCuts) {
+  EXPECT_EQ(EchoValue("f17"), "f17");
+  EXPECT_EQ(EchoValue("a\nb\tc\rd\x01\x7f"), "a\\nb\\tc\\rd\\x01\\x7f");
+  EXPECT_EQ(EchoValue("caf\xc3\xa9 \xff"), "caf\xc3\xa9 \\xff");  // valid UTF-8 kept
+  EXPECT_EQ(EchoValue(std::string(100, 'x')), std::string(80, 'x') + "... (100 bytes)");
+  EXPECT_EQ(EchoValue(std::string(1000000, 'x')).size(),
+            80 + std::string("... (1000000 bytes)").size());
+  // Never cut inside a character: 79 bytes, then a 2-byte character crossing byte 80.
+  EXPECT_EQ(EchoValue(std::string(79, 'x') + "\xc3\xa9" + "yyy"),
+            std::string(79, 'x') + "\xc3\xa9... (84 bytes)");
+  EXPECT_EQ(Quoted("f17"), "'f17'");
+  EXPECT_EQ(Quoted(std::string(81, 'q')), "'" + std::string(80, 'q') + "'... (81 bytes)");
+}
+
+TEST(YamlReaderHostileTest, StringsAndKeysMustBeUtf8) {
+  YamlNode root =
+      MustLoad("name: \"ok\"\nbad: ab\xff\nlong: " + std::string(100000, 'z') + "\xfe\n\xc3: 1\n");
+  EXPECT_EQ(*root.Child("name").AsString(), "ok");
+  auto bad = root.Child("bad").AsString();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(Msg(bad.status()),
+            "t.yaml:2:6: bad: invalid UTF-8 at byte 2 of the value (0xff): 'ab\\xff'");
+  auto lng = root.Child("long").AsString();
+  ASSERT_FALSE(lng.ok());
+  EXPECT_THAT(Msg(lng.status()), HasSubstr("invalid UTF-8 at byte 100000 of the value (0xfe)"));
+  EXPECT_LT(Msg(lng.status()).size(), 300u);
+  // A number or a bool reads its text first: the same check.
+  EXPECT_FALSE(root.Child("bad").AsInt64().ok());
+  auto entries = root.Entries();
+  ASSERT_FALSE(entries.ok());
+  EXPECT_THAT(Msg(entries.status()), HasSubstr("map key '\\xc3' is not valid UTF-8"));
+  auto keys = root.CheckKeys({"name", "bad", "long"});
+  ASSERT_FALSE(keys.ok());
+  EXPECT_THAT(Msg(keys), HasSubstr("unknown key '\\xc3'"));
+  // Long bad numbers are cut in messages.
+  YamlNode num = MustLoad("n: " + std::string(50000, '9') + "x\n");
+  auto n = num.Child("n").AsInt64();
+  ASSERT_FALSE(n.ok());
+  EXPECT_LT(Msg(n.status()).size(), 300u);
+  EXPECT_THAT(Msg(n.status()), HasSubstr("... (50001 bytes)"));
+}
+
 }  // namespace
 }  // namespace kforge
