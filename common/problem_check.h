@@ -15,8 +15,10 @@
 namespace kforge {
 
 struct ProblemLimits {
-  int64_t max_buffer_bytes = int64_t{4} << 30;    // one buffer in one size set
-  int64_t max_problem_bytes = int64_t{16} << 30;  // all buffers of one size set together
+  // What a worker holds by default (limits.max_buffer_mb, limits.max_problem_mb): the loader
+  // checks the same, so a problem `kforge validate` accepts is one a default worker runs.
+  int64_t max_buffer_bytes = int64_t{1} << 30;   // one buffer in one size set
+  int64_t max_problem_bytes = int64_t{4} << 30;  // all buffers of one size set together
   int max_size_sets = 16;
   int max_buffers = 64;
   int max_scalars = 64;

@@ -23,6 +23,7 @@
 #include "common/hash.h"
 #include "common/kt_cache.h"
 #include "common/param_space.h"
+#include "common/problem_check.h"
 #include "common/problem_loader_internal.h"
 #include "common/status_macros.h"
 #include "common/yaml_reader.h"
@@ -77,11 +78,23 @@ absl::StatusOr<v1::Problem> Loader::Load() {
   }
   KF_RETURN_IF_ERROR(CheckSpace(root.Child("seed")));
   KF_RETURN_IF_ERROR(CheckEvaluates(root));
+  // The rules every receiver of a problem applies (a worker, the proxy, the coordinator), so
+  // that what loads here is never refused there; the checks above name lines, this one fields.
+  if (absl::Status st = CheckProblem(p_, ProblemLimits()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", st.message()));
+  }
   p_.set_content_hash(HashProblem(p_));
   return p_;
 }
 
+absl::Status Loader::CheckLength(const YamlNode& at, const std::string& value, int64_t max_bytes,
+                                 absl::string_view what) {
+  if (static_cast<int64_t>(value.size()) <= max_bytes) return absl::OkStatus();
+  return at.Error(absl::StrCat(Q(value), " is too long for ", what, " (at most ", max_bytes, " bytes)"));
+}
+
 absl::Status Loader::Declare(const YamlNode& at, const std::string& name, NameKind kind) {
+  KF_RETURN_IF_ERROR(CheckLength(at, name, ProblemLimits().max_name_bytes, "a name"));
   if (!IsIdentifier(name)) {
     return at.Error(absl::StrCat(Q(name), " is not a valid name (letters, digits, _)"));
   }
@@ -119,6 +132,7 @@ absl::Status Loader::CheckExpr(const YamlNode& at, const std::string& text,
 
 absl::Status Loader::LoadHeader(const YamlNode& root) {
   KF_ASSIGN_OR_RETURN(std::string name, root.Child("name").AsString());
+  KF_RETURN_IF_ERROR(CheckLength(root.Child("name"), name, ProblemLimits().max_name_bytes, "a problem name"));
   if (!IsProblemName(name)) {
     return root.Child("name").Error(
         absl::StrCat(Q(name), " is not a valid problem name ([A-Za-z0-9_.-]+)"));
@@ -137,6 +151,8 @@ absl::Status Loader::LoadHeader(const YamlNode& root) {
   }
   if (root.Child("description").defined()) {
     KF_ASSIGN_OR_RETURN(std::string d, root.Child("description").AsString());
+    KF_RETURN_IF_ERROR(
+        CheckLength(root.Child("description"), d, ProblemLimits().max_description_bytes, "a description"));
     p_.set_description(d);
   }
   return absl::OkStatus();
@@ -176,6 +192,7 @@ absl::Status Loader::LoadSizes(const YamlNode& node) {
     KF_RETURN_IF_ERROR(item.CheckKeys({"name", "sizes", "bench"}));
     v1::SizeSet* set = p_.add_size_sets();
     KF_ASSIGN_OR_RETURN(std::string name, item.Child("name").AsString());
+    KF_RETURN_IF_ERROR(CheckLength(item.Child("name"), name, ProblemLimits().max_name_bytes, "a size set name"));
     if (!set_names.insert(name).second) {
       return item.Child("name").Error(absl::StrCat("duplicate size set ", Q(name)));
     }

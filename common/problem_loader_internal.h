@@ -103,6 +103,9 @@ class Loader {
                                           const std::string* text = nullptr);
 
  private:
+  // Values a worker bounds (ProblemLimits) are bounded here too, with the location.
+  absl::Status CheckLength(const YamlNode& at, const std::string& value, int64_t max_bytes,
+                           absl::string_view what);
   absl::Status Declare(const YamlNode& at, const std::string& name, NameKind kind);
   // Parses an expression and checks every name it reads is of an allowed kind.
   absl::Status CheckExpr(const YamlNode& at, const std::string& text,

@@ -22,6 +22,7 @@
 #include "common/kt_cache.h"
 #include "common/launch.h"
 #include "common/param_space.h"
+#include "common/problem_check.h"
 #include "common/problem_loader_internal.h"
 #include "common/status_macros.h"
 #include "common/yaml_reader.h"
@@ -191,6 +192,7 @@ absl::Status Loader::LoadScratch(const YamlNode& node,
     if (names_.contains(name)) {
       return v.Error(absl::StrCat(Q(name), " is already defined as a ", KindName(names_[name])));
     }
+    KF_RETURN_IF_ERROR(CheckLength(v, name, ProblemLimits().max_name_bytes, "a name"));
     if (!IsIdentifier(name)) return v.Error(absl::StrCat(Q(name), " is not a valid name"));
     KF_RETURN_IF_ERROR(v.CheckKeys({"dtype", "shape"}));
     v1::ScratchBuffer* sb = out->Add();
@@ -227,6 +229,7 @@ absl::Status Loader::LoadLaunch(const YamlNode& node, const std::string& source,
     KF_RETURN_IF_ERROR(node.CheckKeys({"kernel", "global", "local", "args"}));
   }
   KF_ASSIGN_OR_RETURN(std::string kernel, node.Child("kernel").AsString());
+  KF_RETURN_IF_ERROR(CheckLength(node.Child("kernel"), kernel, ProblemLimits().max_name_bytes, "a kernel name"));
   if (!IsIdentifier(kernel)) {
     return node.Child("kernel").Error(absl::StrCat(Q(kernel), " is not a kernel name"));
   }

@@ -32,8 +32,7 @@ struct EvaluatorOptions {
   double run_timeout_seconds = 60;  // per sandbox run request (the watchdog)
   // What a request may ask for: its problem's size (checked before anything runs) and its
   // timeout (0 means run_timeout_seconds).
-  ProblemLimits problem_limits{.max_buffer_bytes = int64_t{1} << 30,
-                               .max_problem_bytes = int64_t{4} << 30};
+  ProblemLimits problem_limits;
   double max_timeout_seconds = 600;
   // Inputs and reference outputs this process keeps for the problems it has seen, together;
   // a problem that alone would need more is refused.

@@ -90,15 +90,26 @@ void Store(std::string& bytes, int64_t i, T v) {
   std::memcpy(bytes.data() + i * sizeof(T), &v, sizeof(T));
 }
 
+// A float outside an integer type's range has no defined conversion: clamp first.
+template <typename T>
+T ClampTo(double v) {
+  if (std::isnan(v)) return T{0};
+  constexpr double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+  if (v <= lo) return std::numeric_limits<T>::lowest();
+  if (v >= hi) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
 void StoreDouble(std::string& bytes, v1::DType dtype, int64_t i, double v) {
   switch (dtype) {
     case v1::DTYPE_F16: Store<uint16_t>(bytes, i, FloatToHalf(static_cast<float>(v))); break;
     case v1::DTYPE_BF16: Store<uint16_t>(bytes, i, FloatToBf16(static_cast<float>(v))); break;
     case v1::DTYPE_F32: Store<float>(bytes, i, static_cast<float>(v)); break;
     case v1::DTYPE_F64: Store<double>(bytes, i, v); break;
-    case v1::DTYPE_I32: Store<int32_t>(bytes, i, static_cast<int32_t>(v)); break;
-    case v1::DTYPE_I64: Store<int64_t>(bytes, i, static_cast<int64_t>(v)); break;
-    case v1::DTYPE_U8: Store<uint8_t>(bytes, i, static_cast<uint8_t>(v)); break;
+    case v1::DTYPE_I32: Store<int32_t>(bytes, i, ClampTo<int32_t>(v)); break;
+    case v1::DTYPE_I64: Store<int64_t>(bytes, i, ClampTo<int64_t>(v)); break;
+    case v1::DTYPE_U8: Store<uint8_t>(bytes, i, ClampTo<uint8_t>(v)); break;
     default: KF_CHECK(false);
   }
 }

@@ -1,5 +1,8 @@
 #include "services/llm-proxy/llm_mutator.h"
 
+#include "common/problem_loader.h"
+#include "common/utf8.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -235,6 +238,16 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
     }
   } else {
     source = parent.source();  // a plan-only change
+  }
+  // A kernel goes into proto strings and the store: it must be UTF-8 text, and within the size
+  // a worker accepts.
+  if (!IsValidUtf8(source) || source.find('\0') != std::string::npos) {
+    resp.set_message("unusable model reply: the kernel is not UTF-8 text");
+    return resp;
+  }
+  if (source.size() > static_cast<size_t>(kMaxSourceBytes)) {
+    resp.set_message(absl::StrCat("unusable model reply: the kernel is ", source.size(), " bytes"));
+    return resp;
   }
   v1::Candidate child;
   child.set_job_id(parent.job_id());

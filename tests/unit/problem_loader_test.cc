@@ -858,37 +858,41 @@ TEST(ProblemLoaderScannerTest, MegabyteInputs) {
 // Every message of these tests must be short whatever the input's length.
 constexpr size_t kShortMessage = 2000;
 
-TEST_F(ProblemLoaderErrorTest, LongNamesLoadOrAreCut) {
-  for (size_t n : {size_t{100'000}, size_t{1'000'000}}) {
+TEST_F(ProblemLoaderErrorTest, LongNamesAreRefusedWithTheirPlaceAndCut) {
+  // Names are bounded as a worker bounds them (ProblemLimits: 128 bytes); the longest loads.
+  const std::string longest(128, 'a');
+  v1::Problem p = MustLoad(WriteProblem(
+      dir_, ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + longest), "ok128"));
+  EXPECT_EQ(p.name(), longest);
+  for (size_t n : {size_t{129}, size_t{100'000}, size_t{1'000'000}}) {
     SCOPED_TRACE(n);
     const std::string name(n, 'a');
-    // Valid however long.
-    v1::Problem p = MustLoad(
-        WriteProblem(dir_, ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + name),
-                     absl::StrCat("ok", n)));
-    EXPECT_EQ(p.name().size(), n);
-    // One bad character: refused with a message that quotes 80 bytes and says how long it was.
-    const std::string y = ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + name + "!");
-    ExpectError(y, "name:", "name",
-                {"'" + std::string(80, 'a') + "'... (" + std::to_string(n + 1) + " bytes)",
-                 "not a valid problem name"});
+    const std::string y = ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + name);
+    ExpectError(y, "name:", "name", {"too long for a problem name (at most 128 bytes)"});
     EXPECT_LT(ErrorOf(y).size(), kShortMessage);
-    // A buffer name (YAML keys are at most 1024 characters): cut in the path and the message.
-    const std::string key(1000, 'a');
-    const std::string b = ReplaceOnce(kProblemYaml, "  idx: {dtype", "  " + key + "-: {dtype");
-    ExpectError(b, key + "-: {dtype", "buffers." + std::string(80, 'a') + "... (1001 bytes)",
-                {"'" + std::string(80, 'a') + "'... (1001 bytes) is not a valid name"});
-    EXPECT_LT(ErrorOf(b).size(), kShortMessage);
-    // A size set name as long: fine.
-    MustLoad(WriteProblem(dir_, ReplaceOnce(kProblemYaml, "{name: odd", "{name: " + name),
-                          absl::StrCat("set", n)));
-    // A description as long: fine.
-    p = MustLoad(WriteProblem(
-        dir_,
-        ReplaceOnce(kProblemYaml, "description: C = A * B with extras", "description: " + name),
-        absl::StrCat("desc", n)));
-    EXPECT_EQ(p.description().size(), n);
+    // One bad character as well: still a short message.
+    const std::string y2 = ReplaceOnce(kProblemYaml, "name: matmul-test.v1", "name: " + name + "!");
+    EXPECT_LT(ErrorOf(y2).size(), kShortMessage);
+    // A size set name as long.
+    const std::string s = ReplaceOnce(kProblemYaml, "{name: odd", "{name: " + name);
+    EXPECT_THAT(ErrorOf(s), HasSubstr("too long for a size set name"));
+    EXPECT_LT(ErrorOf(s).size(), kShortMessage);
   }
+  // A buffer name (YAML keys are at most 1024 characters): cut in the path and the message.
+  const std::string key(1000, 'a');
+  const std::string b = ReplaceOnce(kProblemYaml, "  idx: {dtype", "  " + key + "-: {dtype");
+  ExpectError(b, key + "-: {dtype", "buffers." + std::string(80, 'a') + "... (1001 bytes)",
+              {"'" + std::string(80, 'a') + "'... (1001 bytes) is too long for a name"});
+  EXPECT_LT(ErrorOf(b).size(), kShortMessage);
+  // A description up to 64 KiB loads; a longer one is refused where it stands.
+  p = MustLoad(WriteProblem(
+      dir_, ReplaceOnce(kProblemYaml, "description: C = A * B with extras", "description: " + std::string(60'000, 'd')),
+      "desc60k"));
+  EXPECT_EQ(p.description().size(), 60'000u);
+  const std::string d = ReplaceOnce(kProblemYaml, "description: C = A * B with extras",
+                                    "description: " + std::string(100'000, 'd'));
+  ExpectError(d, "description:", "description", {"too long for a description"});
+  EXPECT_LT(ErrorOf(d).size(), kShortMessage);
 }
 
 TEST_F(ProblemLoaderErrorTest, LongFillStrings) {
@@ -921,10 +925,10 @@ TEST_F(ProblemLoaderErrorTest, LongKernelNamesAndWhitespace) {
   for (size_t n : {size_t{100'000}, size_t{1'000'000}}) {
     SCOPED_TRACE(n);
     const std::string name(n, 'k');
-    // Not in the source: refused, the name cut in the message.
+    // Longer than any kernel name may be: refused, the name cut in the message.
     const std::string y = ReplaceOnce(kProblemYaml, "kernel: matmul\n", "kernel: " + name + "\n");
     ExpectError(y, "kernel: kkk", "seed.launches[0].kernel",
-                {"is not defined in seed.cl", "bytes)"});
+                {"too long for a kernel name", "bytes)"});
     EXPECT_LT(ErrorOf(y).size(), kShortMessage);
     // Long whitespace between the name and '(' in the source, and a long run elsewhere.
     const std::string folder = WriteProblem(dir_, kProblemYaml, absl::StrCat("ws", n));
@@ -941,13 +945,15 @@ TEST_F(ProblemLoaderErrorTest, LongKernelNamesAndWhitespace) {
     ASSERT_FALSE(p.ok());
     EXPECT_THAT(Msg(p.status()), HasSubstr("kernel 'matmul' is not defined in seed.cl"));
   }
-  // A 500 KB kernel name that is defined loads.
+  // A 500 KB kernel name, even one the source defines, is refused with its place.
   const std::string name(500'000, 'q');
   const std::string folder = WriteProblem(
       dir_, ReplaceOnce(kProblemYaml, "kernel: matmul\n", "kernel: " + name + "\n"), "longname");
   dir_.Write("longname/seed.cl", "kernel void " + name + " (global float* A) {}\n");
-  const v1::Problem p = MustLoad(folder);
-  EXPECT_EQ(p.seed().launches(0).kernel(), name);
+  auto p = LoadProblem(folder);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(Msg(p.status()), HasSubstr("too long for a kernel name"));
+  EXPECT_LT(Msg(p.status()).size(), kShortMessage);
 }
 
 TEST_F(ProblemLoaderErrorTest, LongExpressionsAreCut) {
