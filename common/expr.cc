@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace kforge {
 
@@ -31,14 +32,6 @@ namespace {
 
 using NodePtr = std::shared_ptr<const Expr::Node>;
 
-// Text quoted in an error message, cut to its first 80 bytes ("... (N bytes)" after).
-std::string Quote(absl::string_view text) {
-  constexpr size_t kMax = 80;
-  if (text.size() <= kMax) return absl::StrCat("'", text, "'");
-  size_t cut = kMax;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8
-  return absl::StrCat("'", text.substr(0, cut), "'... (", text.size(), " bytes)");
-}
 
 NodePtr MakeNode(Op op, std::vector<NodePtr> kids) {
   auto n = std::make_shared<Expr::Node>();
@@ -198,7 +191,7 @@ class Parser {
       op = Op::kMax;
     } else {
       pos_ = name_pos;
-      return Error(absl::StrCat("unknown function ", Quote(name), " (known: ceil_div, min, max)"));
+      return Error(absl::StrCat("unknown function ", Quoted(name), " (known: ceil_div, min, max)"));
     }
     Accept("(");
     std::vector<NodePtr> args;
@@ -238,7 +231,7 @@ absl::StatusOr<int64_t> Eval(const Expr::Node& n, const Bindings& env) {
     case Op::kName: {
       auto it = env.find(n.name);
       if (it == env.end()) {
-        return absl::NotFoundError(absl::StrCat("undefined name ", Quote(n.name)));
+        return absl::NotFoundError(absl::StrCat("undefined name ", Quoted(n.name)));
       }
       return it->second;
     }
@@ -336,11 +329,11 @@ absl::flat_hash_set<std::string> Expr::Names() const {
 absl::StatusOr<int64_t> EvaluateExpr(absl::string_view text, const Bindings& env) {
   auto e = Expr::Parse(text);
   if (!e.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(Quote(text), ": ", e.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(Quoted(text), ": ", e.status().message()));
   }
   auto v = e->Evaluate(env);
   if (!v.ok()) {
-    return absl::Status(v.status().code(), absl::StrCat(Quote(text), ": ", v.status().message()));
+    return absl::Status(v.status().code(), absl::StrCat(Quoted(text), ": ", v.status().message()));
   }
   return v;
 }

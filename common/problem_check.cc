@@ -57,7 +57,7 @@ class Checker {
   absl::Status Name(absl::string_view field, absl::string_view name) {
     KF_RETURN_IF_ERROR(Text(field, name, lim_.max_name_bytes));
     if (!IsIdentifier(name)) {
-      return Bad(field, absl::StrCat(Quote(name), " is not a valid name (letters, digits, _)"));
+      return Bad(field, absl::StrCat(Quoted(name), " is not a valid name (letters, digits, _)"));
     }
     return absl::OkStatus();
   }
@@ -77,7 +77,7 @@ class Checker {
   absl::Status Expression(absl::string_view field, const std::string& text) {
     KF_RETURN_IF_ERROR(Text(field, text, lim_.max_expression_bytes));
     auto e = Expr::Parse(text);
-    if (!e.ok()) return Bad(field, absl::StrCat("bad expression ", Quote(text), ": ", e.status().message()));
+    if (!e.ok()) return Bad(field, absl::StrCat("bad expression ", Quoted(text), ": ", e.status().message()));
     return absl::OkStatus();
   }
 
@@ -87,7 +87,7 @@ class Checker {
     for (char c : p_.name()) {
       const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                       c == '_' || c == '.' || c == '-';
-      if (!ok) return Bad("name", absl::StrCat(Quote(p_.name()), " is not a valid problem name ([A-Za-z0-9_.-]+)"));
+      if (!ok) return Bad("name", absl::StrCat(Quoted(p_.name()), " is not a valid problem name ([A-Za-z0-9_.-]+)"));
     }
     if (p_.backend() != v1::BACKEND_OPENCL && p_.backend() != v1::BACKEND_CUDA &&
         p_.backend() != v1::BACKEND_REPLAY) {

@@ -13,25 +13,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/utf8.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kforge {
 
 // Files larger than this are refused before parsing (a problem.yaml is a few KB).
 inline constexpr int64_t kMaxYamlBytes = 16 << 20;
-
-// The byte offset of the first byte of `s` that does not start a valid UTF-8 sequence (overlong
-// forms, surrogates and code points above U+10FFFF are invalid), or nullopt when all of `s` is
-// valid. Linear; no recursion.
-[[nodiscard]] std::optional<size_t> FirstInvalidUtf8(absl::string_view s);
-
-// `s` made safe to quote in an error message: at most `max_bytes` of it, control characters and
-// bytes that are not valid UTF-8 written as \xNN (\n, \t and \r as such), and "... (N bytes)"
-// when it was cut.
-[[nodiscard]] std::string EchoValue(absl::string_view s, size_t max_bytes = 80);
-
-// The same between single quotes: 'value', or 'the first 80 bytes'... (N bytes).
-[[nodiscard]] std::string Quoted(absl::string_view s, size_t max_bytes = 80);
 
 class YamlNode {
  public:

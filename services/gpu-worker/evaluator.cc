@@ -125,7 +125,7 @@ absl::Status Evaluator::CheckRequest(const v1::EvaluationRequest& req) const {
       }
       if (!inside) {
         return absl::PermissionDeniedError(absl::StrCat(
-            "replay.cache_path: ", Quote(p.replay().cache_path()),
+            "replay.cache_path: ", Quoted(p.replay().cache_path()),
             options_.replay_roots->empty() ? " (this worker reads no replay caches: set worker.replay_dirs)"
                                            : " is outside the folders this worker reads replay caches from"));
       }

@@ -69,14 +69,14 @@ TEST(Utf8Test, ValidityAndRepair) {
     EXPECT_TRUE(IsValidUtf8(SanitizeUtf8(std::string("x") + bad + "y")));
   }
   EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a?b");
-  EXPECT_EQ(Quote("short"), "'short'");
-  const std::string q = Quote(std::string(200000, 'z'));
+  EXPECT_EQ(Quoted("short"), "'short'");
+  const std::string q = Quoted(std::string(200000, 'z'));
   EXPECT_LT(q.size(), 120u);
   EXPECT_NE(q.find("200000 bytes"), std::string::npos);
   // Cut on a character boundary.
   std::string euros;
   for (int i = 0; i < 100; ++i) euros += "\xE2\x82\xAC";
-  EXPECT_TRUE(IsValidUtf8(Quote(euros)));
+  EXPECT_TRUE(IsValidUtf8(Quoted(euros)));
 }
 
 }  // namespace
