@@ -241,12 +241,7 @@ TEST(KforgeCliTest, RunRefusesADamagedDatabase) {
                                       dir.path() + "/out", "--quiet"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   std::string bytes = dir.Read("k.db");
-  const size_t page =
-      (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
-  const size_t pages = bytes.size() / page;
-  ASSERT_GE(pages, 3u);
-  for (size_t i = 0; i < page; ++i)
-    bytes[(pages / 2) * page + i] = static_cast<char>(0x5A ^ (i * 13));
+  ASSERT_TRUE(testing::CorruptMiddleSqlitePage(bytes, 0x5A));
   dir.Write("k.db", bytes);
   r = RunProgram(Kforge(),
                  {"run", pnpoly, "--budget", "20", "--db", db, "--out", dir.path() + "/out2"});

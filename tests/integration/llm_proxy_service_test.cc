@@ -23,6 +23,14 @@
 namespace kforge::llm {
 namespace {
 
+// Reads the "listening grpc=P metrics=M" line a service prints once it serves.
+void WaitForPorts(testing::BackgroundProcess& proc, int* grpc_port) {
+  const std::string line = proc.WaitForLine("listening ", 30);
+  ASSERT_FALSE(line.empty()) << "the proxy did not start";
+  int metrics_port = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", grpc_port, &metrics_port), 2) << line;
+}
+
 TEST(LlmProxyServiceTest, RemoteMutationsHonourTheSeenHashes) {
   auto problem = LoadProblem(testing::SourceDir() + "/examples/opencl/matmul");
   ASSERT_TRUE(problem.ok()) << problem.status();
@@ -60,10 +68,8 @@ TEST(LlmProxyServiceTest, KforgeRunAgainstARunningProxy) {
   testing::BackgroundProcess proxy(testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
                                    {"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
                                                                         "metrics_listen: \"127.0.0.1:0\"}\n")});
-  const std::string line = proxy.WaitForLine("listening ", 30);
-  ASSERT_FALSE(line.empty()) << "the proxy did not start";
-  int grpc_port = 0, metrics_port = 0;
-  ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc_port, &metrics_port), 2);
+  int grpc_port = 0;
+  ASSERT_NO_FATAL_FAILURE(WaitForPorts(proxy, &grpc_port));
   auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
                                {"run", testing::SourceDir() + "/examples/replay/pnpoly", "--budget", "15", "--llm-proxy",
                                 "127.0.0.1:" + std::to_string(grpc_port), "--db", dir.path() + "/k.db", "--out",
@@ -78,10 +84,8 @@ TEST(LlmProxyServiceTest, SigtermStopsTheProxyWhileACallIsUnderWay) {
   testing::BackgroundProcess proxy(testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
                                    {"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
                                                                         "metrics_listen: \"127.0.0.1:0\"}\n")});
-  const std::string line = proxy.WaitForLine("listening ", 30);
-  ASSERT_FALSE(line.empty()) << "the proxy did not start";
-  int grpc_port = 0, metrics_port = 0;
-  ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc_port, &metrics_port), 2);
+  int grpc_port = 0;
+  ASSERT_NO_FATAL_FAILURE(WaitForPorts(proxy, &grpc_port));
 
   // Calls that run for seconds each: 4.1M points to scan under a constraint nothing meets.
   auto problem = LoadProblem(testing::SourceDir() + "/examples/opencl/matmul");

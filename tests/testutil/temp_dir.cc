@@ -66,4 +66,14 @@ std::string BinaryDir() {
   return v != nullptr && *v ? v : KFORGE_BINARY_DIR;
 }
 
+bool CorruptMiddleSqlitePage(std::string& bytes, unsigned char pattern) {
+  if (bytes.size() < 100) return false;
+  size_t page = (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+  if (page == 1) page = 65536;
+  const size_t pages = bytes.size() / page;
+  if (pages < 3) return false;
+  for (size_t i = 0; i < page; ++i) bytes[(pages / 2) * page + i] = static_cast<char>(pattern ^ (i * 13));
+  return true;
+}
+
 }  // namespace kforge::testing

@@ -25,6 +25,10 @@ class TempDir {
   std::string path_;
 };
 
+// Overwrites the middle page of a SQLite database file's bytes (its page size is in the header)
+// with a pattern: what a disk that lost a write leaves. Returns false when the file is too small.
+bool CorruptMiddleSqlitePage(std::string& bytes, unsigned char pattern);
+
 // The repository checkout the tests were built from.
 std::string SourceDir();
 std::string BinaryDir();

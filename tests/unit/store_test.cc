@@ -234,13 +234,8 @@ TEST(SqliteStoreTest, ADamagedFileIsRefusedNamingIt) {
   }                                        // closing checkpoints the WAL into the file
   ASSERT_TRUE(MustOpen(path) != nullptr);  // intact: opens
   std::string bytes = ReadAll(path);
-  ASSERT_GT(bytes.size(), 100u);
-  const size_t page =
-      (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
-  const size_t pages = bytes.size() / page;
-  ASSERT_GT(pages, 10u);
-  for (size_t i = 0; i < page; ++i)
-    bytes[(pages / 2) * page + i] = static_cast<char>(0xA5 ^ (i * 7));
+  const size_t page = (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+  ASSERT_TRUE(testing::CorruptMiddleSqlitePage(bytes, 0xA5));
   WriteAll(path, bytes);
   auto s = SqliteStore::Open(path);
   ASSERT_FALSE(s.ok()) << "a database with an overwritten page was opened";
