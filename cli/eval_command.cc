@@ -122,6 +122,9 @@ int RunEval(const EvalArgs& args) {
     return BadInput(
         absl::StrCat("--timeout must be more than 0 and at most ", kMaxTimeoutSeconds, " seconds"));
   }
+  if (!(args.compile_timeout_seconds > 0 && args.compile_timeout_seconds <= 3600)) {
+    return BadInput("--compile-timeout must be more than 0 and at most 3600 seconds");
+  }
   auto problem = LoadProblem(args.problem_dir);
   if (!problem.ok()) return BadInput(std::string(problem.status().message()));
   // The checks of `kforge validate`: a folder it refuses is refused here with the same exit code.
@@ -193,6 +196,7 @@ int RunEval(const EvalArgs& args) {
   RealClock clock;
   worker::EvaluatorOptions opts;
   opts.run_timeout_seconds = args.timeout_seconds;
+  opts.compile_timeout_seconds = args.compile_timeout_seconds;
   auto log = MakeLogger("eval", args.json ? spdlog::level::warn : spdlog::level::warn);
   worker::Evaluator evaluator(opts, clock, log);
   v1::EvaluationRequest req;

@@ -16,6 +16,7 @@ struct EvalArgs {
   std::string launches_file; // "" = the seed's launch plan
   bool json = false;
   double timeout_seconds = 60;
+  double compile_timeout_seconds = 30;  // per compilation (a macro bomb costs this, not more)
 };
 
 // Runs one candidate through the local pipeline. Exit code: 0 ok, 1 any other outcome, 2 bad

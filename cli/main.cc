@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   eval->add_option("--launches", eval_args.launches_file, "launch plan YAML (launches:, scratch:)");
   eval->add_flag("--json", eval_args.json, "print the EvaluationResult as JSON");
   eval->add_option("--timeout", eval_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
+  eval->add_option("--compile-timeout", eval_args.compile_timeout_seconds,
+                   "wall-clock limit per compilation, seconds (default 30)");
 
   kforge::cli::RunArgs run_args;
   auto* run = app.add_subcommand("run", "optimise a problem embedded: coordinator, workers and mutator in this process");
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
                   "parametric children the surrogate model screens per proposal (default 16, 1 = off)")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--timeout", run_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
+  run->add_option("--compile-timeout", run_args.compile_timeout_seconds,
+                  "wall-clock limit per compilation, seconds (default 30)");
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
   run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");
   run->add_option("--llm-proxy", run_args.llm_proxy, "host:port of a kforge-llm-proxy to ask for mutations");

@@ -63,6 +63,9 @@ int RunJob(const RunArgs& args) {
     return BadInput(
         absl::StrCat("--timeout must be more than 0 and at most ", kMaxTimeoutSeconds, " seconds"));
   }
+  if (!(args.compile_timeout_seconds > 0 && args.compile_timeout_seconds <= 3600)) {
+    return BadInput("--compile-timeout must be more than 0 and at most 3600 seconds");
+  }
   if (args.budget <= 0 && args.time_seconds <= 0 && args.target <= 0 && args.patience <= 0) {
     return BadInput("give a budget: --budget N, --time S, --target X or --patience N");
   }
@@ -160,6 +163,7 @@ int RunJob(const RunArgs& args) {
     worker::EvaluatorOptions eo;
     eo.worker_id = absl::StrCat("local-", i);
     eo.run_timeout_seconds = args.timeout_seconds;
+    eo.compile_timeout_seconds = args.compile_timeout_seconds;
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
     if (problem->backend() != v1::BACKEND_REPLAY) {
       v1::HelloResponse hello = evaluators.back()->Probe(problem->backend());

@@ -20,6 +20,7 @@ struct RunArgs {
   int islands = 2;
   int screen = 0;  // children screened per proposal (0 = the job default, 1 = off)
   double timeout_seconds = 60; // per sandboxed run
+  double compile_timeout_seconds = 30;  // per compilation (a macro bomb costs this, not more)
   bool quiet = false;
   std::string llm_config;      // LLM providers YAML; "" = parametric mutator only
   std::string llm_proxy;       // host:port of a kforge-llm-proxy to mutate remotely

@@ -233,6 +233,17 @@ TEST(KforgeCliTest, RunRefusesAnEmptyDatabasePath) {
   EXPECT_FALSE(fs::exists(dir.path() + "/out"));
 }
 
+TEST(KforgeCliTest, TimeoutsOutOfRangeAreBadInput) {
+  const std::string replay = SourceDir() + "/examples/replay/pnpoly";
+  for (const char* flag : {"--timeout", "--compile-timeout"}) {
+    for (const char* value : {"0", "-1", "nan", "1e300"}) {
+      RunResult r = RunProgram(Kforge(), {"eval", replay, flag, value});
+      EXPECT_EQ(r.exit_code, 2) << flag << " " << value << Describe(r);
+      EXPECT_THAT(r.err, HasSubstr(flag));
+    }
+  }
+}
+
 TEST(KforgeCliTest, RunRefusesADamagedDatabase) {
   TempDir dir;
   const std::string pnpoly = SourceDir() + "/examples/replay/pnpoly";
