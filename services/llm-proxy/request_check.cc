@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/expr.h"
+#include "common/problem_check.h"
 
 namespace kforge::llm {
 namespace {
@@ -24,65 +25,23 @@ absl::Status SourceSize(const std::string& field, const std::string& source, con
   return Bad(field, absl::StrCat("is ", source.size(), " bytes (the limit is ", limits.max_source_bytes, ")"));
 }
 
-absl::Status CheckDType(const std::string& field, int dtype) {
-  if (v1::DType_IsValid(dtype) && dtype != v1::DTYPE_UNSPECIFIED) return absl::OkStatus();
-  return Bad(field, absl::StrCat("has no known dtype (", dtype, ")"));
-}
-
 absl::Status CheckRequestProblem(const v1::Problem& p, const RequestLimits& limits) {
-  if (!v1::Backend_IsValid(p.backend()) || p.backend() == v1::BACKEND_UNSPECIFIED) {
-    return Bad("problem.backend", absl::StrCat("is not a known backend (", static_cast<int>(p.backend()), ")"));
+  // The rules every receiver of a problem applies (the loader, a worker, the proxy).
+  if (absl::Status st = CheckProblem(p, ProblemLimits()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("problem.", st.message()));
   }
-  for (int i = 0; i < p.buffers_size(); ++i) {
-    const v1::Buffer& b = p.buffers(i);
-    const std::string f = absl::StrCat("problem.buffers[", i, "]");
-    if (auto s = CheckDType(f + ".dtype", b.dtype()); !s.ok()) return s;
-    if (!v1::BufferRole_IsValid(b.role())) return Bad(f + ".role", absl::StrCat("is not a known role (", static_cast<int>(b.role()), ")"));
-    if (!v1::Fill::Kind_IsValid(b.fill().kind())) {
-      return Bad(f + ".fill.kind", absl::StrCat("is not a known fill (", static_cast<int>(b.fill().kind()), ")"));
-    }
-    if (auto s = Finite(f + ".fill.a", b.fill().a()); !s.ok()) return s;
-    if (auto s = Finite(f + ".fill.b", b.fill().b()); !s.ok()) return s;
-  }
-  for (int i = 0; i < p.scalars_size(); ++i) {
-    const std::string f = absl::StrCat("problem.scalars[", i, "]");
-    if (auto s = CheckDType(f + ".dtype", p.scalars(i).dtype()); !s.ok()) return s;
-    if (auto s = Finite(f + ".value", p.scalars(i).value()); !s.ok()) return s;
-  }
-  if (auto s = Finite("problem.check.atol", p.check().atol()); !s.ok()) return s;
-  if (auto s = Finite("problem.check.rtol", p.check().rtol()); !s.ok()) return s;
-  if (auto s = SourceSize("problem.reference.source", p.reference().source(), limits); !s.ok()) return s;
-  if (auto s = SourceSize("problem.seed.source", p.seed().source(), limits); !s.ok()) return s;
-  if (p.size_sets_size() > limits.max_size_sets) {
-    return Bad("problem.size_sets", absl::StrCat("has ", p.size_sets_size(), " entries (the limit is ", limits.max_size_sets, ")"));
-  }
-
-  // The search space: named knobs, each with values, and constraints that parse and read only
-  // names every size set binds.
+  // Beyond those: the space's total size (a draw's cost is linear in it), and constraints that
+  // read only names every size set binds (CheckProblem parsed them; the loader binds them).
   const v1::KernelSpec& seed = p.seed();
-  if (seed.params_size() > limits.max_params) {
-    return Bad("problem.seed.params", absl::StrCat("has ", seed.params_size(), " knobs (the limit is ", limits.max_params, ")"));
-  }
   absl::flat_hash_set<std::string> knobs;
   int64_t total_values = 0;
-  for (int i = 0; i < seed.params_size(); ++i) {
-    const v1::Param& k = seed.params(i);
-    const std::string f = absl::StrCat("problem.seed.params[", i, "] '", k.name(), "'");
-    if (k.name().empty()) return Bad(absl::StrCat("problem.seed.params[", i, "]"), "has no name");
-    if (!knobs.insert(k.name()).second) return Bad(f, "is declared twice");
-    if (k.values().empty()) return Bad(f, "has no values");
-    if (k.values_size() > limits.max_values_per_param) {
-      return Bad(f, absl::StrCat("has ", k.values_size(), " values (the limit is ", limits.max_values_per_param, ")"));
-    }
+  for (const v1::Param& k : seed.params()) {
+    knobs.insert(k.name());
     total_values += k.values_size();
   }
   if (total_values > limits.max_total_values) {
     return Bad("problem.seed.params",
                absl::StrCat("declare ", total_values, " values in all (the limit is ", limits.max_total_values, ")"));
-  }
-  if (seed.constraints_size() > limits.max_constraints) {
-    return Bad("problem.seed.constraints",
-               absl::StrCat("has ", seed.constraints_size(), " entries (the limit is ", limits.max_constraints, ")"));
   }
   for (int i = 0; i < seed.constraints_size(); ++i) {
     const std::string f = absl::StrCat("problem.seed.constraints[", i, "]");

@@ -19,13 +19,9 @@ struct RequestLimits {
   // count x the parent's size: the most a response may carry (each child copies the parent's
   // source and plan).
   int64_t max_response_bytes = int64_t{64} << 20;
-  // Shape of the search space: large enough for Kernel Tuner spaces, small enough that a draw's
-  // cost (linear in the declared values) stays small.
-  int max_params = 256;
-  int max_values_per_param = 4096;
+  // Declared values over all knobs, small enough that a draw's cost (linear in them) stays small;
+  // the rest of the problem is held to CheckProblem's limits.
   int64_t max_total_values = 1 << 14;
-  int max_constraints = 1024;
-  int max_size_sets = 1024;
   // One kernel source (the problem's reference and seed, a parent, an inspiration).
   int64_t max_source_bytes = int64_t{1} << 20;
 };

@@ -166,15 +166,15 @@ std::vector<Malformed> MalformedRequests() {
       {"a parent without source", [](v1::MutateRequest& r) { r.mutable_parents(0)->mutable_candidate()->clear_source(); },
        "parents[0].candidate.source"},
       {"no problem", [](v1::MutateRequest& r) { r.clear_problem(); }, "problem"},
-      {"a knob without values", [param](v1::MutateRequest& r) { param(r, 0)->clear_values(); }, "has no values"},
+      {"a knob without values", [param](v1::MutateRequest& r) { param(r, 0)->clear_values(); }, "needs 1 to 4096 values"},
       {"a knob with a million values",
        [param](v1::MutateRequest& r) {
          for (int i = 0; i < 1000000; ++i) param(r, 1)->add_values(i);
        },
        "values"},
       {"a knob declared twice", [param](v1::MutateRequest& r) { param(r, 1)->set_name(param(r, 0)->name()); },
-       "declared twice"},
-      {"a knob without a name", [param](v1::MutateRequest& r) { param(r, 0)->clear_name(); }, "has no name"},
+       "already defined"},
+      {"a knob without a name", [param](v1::MutateRequest& r) { param(r, 0)->clear_name(); }, "is not a valid name"},
       {"a constraint that does not parse",
        [](v1::MutateRequest& r) { r.mutable_problem()->mutable_seed()->add_constraints("TILE <= ((("); },
        "constraints[2]"},
@@ -185,7 +185,7 @@ std::vector<Malformed> MalformedRequests() {
        "problem.backend"},
       {"an unknown dtype",
        [](v1::MutateRequest& r) { r.mutable_problem()->mutable_buffers(0)->set_dtype(static_cast<v1::DType>(42)); },
-       "problem.buffers[0].dtype"},
+       "problem.buffers[0] (A).dtype"},
       {"an unknown preferred mutator", [](v1::MutateRequest& r) { r.set_preferred(static_cast<v1::MutatorKind>(9)); },
        "preferred"},
       {"a NaN tolerance",
@@ -197,7 +197,7 @@ std::vector<Malformed> MalformedRequests() {
        [](v1::MutateRequest& r) {
          r.mutable_problem()->mutable_buffers(0)->mutable_fill()->set_b(std::numeric_limits<double>::infinity());
        },
-       "problem.buffers[0].fill.b"},
+       "problem.buffers[0] (A).fill"},
       {"a huge source",
        [](v1::MutateRequest& r) { r.mutable_parents(0)->mutable_candidate()->set_source(std::string(2 << 20, 'x')); },
        "parents[0].candidate.source"},
