@@ -1,0 +1,75 @@
+#pragma once
+
+// Store in PostgreSQL (the cluster's database), through libpqxx. Versioned SQL migrations run at
+// open under an advisory lock (two coordinators starting at once migrate once); the queried
+// fields are columns with indexes, the full message is kept as bytea. A small pool of
+// connections serves concurrent callers; a connection that breaks (the server restarted) is
+// reopened with backoff and the operation retried, and every write is idempotent so that a retry
+// after a commit whose answer was lost neither loses nor doubles a row. libpqxx's exceptions
+// stay inside this adapter.
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/store/store.h"
+
+namespace kforge {
+
+struct PostgresOptions {
+  int pool_size = 4;
+  // A broken connection is reopened with backoff for up to this long before a call fails
+  // (Unavailable).
+  double reconnect_seconds = 30;
+};
+
+class PostgresStore final : public Store {
+ public:
+  // `url`: postgresql://user@host:port/db (libpq's forms and environment apply: PGPASSWORD,
+  // PGPASSFILE, passfile=...). The URL is never logged or echoed with a password.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<PostgresStore>> Open(const std::string& url,
+                                                                         PostgresOptions options = {});
+  ~PostgresStore() override;
+
+  static int LatestSchemaVersion();
+
+  absl::Status CreateJob(const v1::Job& job) override;
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id) override;
+  absl::Status UpdateJob(const v1::Job& job) override;
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) override;
+  absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate) override;
+  absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string& job_id) override;
+  absl::StatusOr<bool> PutEvaluation(const v1::EvaluationResult& result) override;
+  absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
+  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event) override;
+  absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id, int64_t from_sequence,
+                                                       int limit = 1000) override;
+
+ private:
+  struct Conn;  // one libpqxx connection
+  PostgresStore(std::string url, PostgresOptions options);
+  absl::Status Migrate();
+
+  // Runs `fn` on a pooled connection inside a transaction, reconnecting and retrying when the
+  // connection breaks; `fn` returns its result or throws what libpqxx throws.
+  template <typename T, typename Fn>
+  absl::StatusOr<T> WithTransaction(const char* what, Fn fn);
+
+  std::unique_ptr<Conn> Take(absl::Status* error);
+  void Give(std::unique_ptr<Conn> c);
+
+  const std::string url_;
+  const std::string display_;  // url_ without its password, for messages
+  const PostgresOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Conn>> idle_;
+  int open_ = 0;
+};
+
+// Whether a --db value names a PostgreSQL database rather than a SQLite file.
+bool IsPostgresUrl(const std::string& db);
+
+}  // namespace kforge
