@@ -68,8 +68,11 @@ class TestQueue final : public WorkQueue {
     duplicates_.fetch_add(1);
     return inner_.Complete(stream, item, result);
   }
-  absl::StatusOr<std::optional<v1::EvaluationResult>> NextResult(const std::string& job_id,
-                                                                 double timeout_seconds) override {
+  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
+    return inner_.ExtendLease(stream, item);
+  }
+  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
+                                                           double timeout_seconds) override {
     if (mode_ != QueueMode::kReorder) return inner_.NextResult(job_id, timeout_seconds);
     while (held_.size() < 2) {
       auto r = inner_.NextResult(job_id, held_.empty() ? timeout_seconds : 0.03);
@@ -77,16 +80,20 @@ class TestQueue final : public WorkQueue {
       if (!r->has_value()) break;
       held_.push_back(**r);
     }
-    if (held_.empty()) return std::optional<v1::EvaluationResult>();
+    if (held_.empty()) return std::optional<ResultDelivery>();
     auto it = std::max_element(held_.begin(), held_.end(), [](const auto& a, const auto& b) {
-      return a.candidate_id() < b.candidate_id();  // ids end in the zero-padded sequence
+      return a.result.candidate_id() < b.result.candidate_id();  // ids end in the zero-padded sequence
     });
-    v1::EvaluationResult out = *it;
+    ResultDelivery out = *it;
     held_.erase(it);
-    if (!last_.empty() && out.candidate_id() < last_) reordered_ = true;
-    last_ = out.candidate_id();
-    return std::optional<v1::EvaluationResult>(std::move(out));
+    if (!last_.empty() && out.result.candidate_id() < last_) reordered_ = true;
+    last_ = out.result.candidate_id();
+    return std::optional<ResultDelivery>(std::move(out));
   }
+  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
+    return inner_.AckResult(job_id, ack_token);
+  }
+  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
   void Close() override { inner_.Close(); }
   int completed() const { return completed_.load(); }
   int duplicates() const { return duplicates_.load(); }
@@ -97,7 +104,7 @@ class TestQueue final : public WorkQueue {
   const QueueMode mode_;
   std::atomic<int> completed_{0};
   std::atomic<int> duplicates_{0};
-  std::vector<v1::EvaluationResult> held_;  // the job runner's thread only
+  std::vector<ResultDelivery> held_;  // the job runner's thread only
   std::string last_;
   bool reordered_ = false;
 };
