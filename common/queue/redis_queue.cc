@@ -233,6 +233,7 @@ absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<
       std::lock_guard<std::mutex> lock(mu_);
       idle_.clear();
     }
+    if (closed_.load()) return absl::CancelledError(absl::StrCat("queue closed; redis unreachable: ", last_error));
     if (std::chrono::steady_clock::now() + backoff >= deadline) {
       return absl::UnavailableError(absl::StrCat("redis unreachable for ", options_.reconnect_timeout_seconds,
                                                  " s: ", last_error));
