@@ -25,6 +25,7 @@
 #include "common/logging.h"
 #include "common/problem_loader.h"
 #include "common/queue/memory_queue.h"
+#include "common/queue/stream.h"
 #include "common/store/memory_store.h"
 #include "nlohmann/json.hpp"
 #include "services/coordinator/job_runner.h"
@@ -75,7 +76,7 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   auto job = runner.Submit(spec);
   std::atomic<bool> stop{false}, worker_stop{false};
   std::thread t([&] {
-    worker::QueueWorker w(queue, evaluator, "replay", "bench", log);
+    worker::QueueWorker w(queue, evaluator, StreamFor(problem), "bench", log);
     w.Run(worker_stop);
   });
   const double t0 = bench::Now();

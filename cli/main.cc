@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
   run->add_option("--llm-proxy", run_args.llm_proxy, "host:port of a kforge-llm-proxy to ask for mutations");
   run->add_option("--max-llm-tokens", run_args.max_llm_tokens, "stop mutating by model after this many tokens");
   run->add_option("--max-llm-cost", run_args.max_llm_cost, "stop mutating by model after this cost in USD");
+  run->add_option("--queue", run_args.queue,
+                  "work queue: redis://host:port[/db] for Redis Streams (default: in-process)");
 
   try {
     app.parse(argc, argv);

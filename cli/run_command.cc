@@ -19,7 +19,10 @@
 #include "common/kt_cache.h"
 #include "common/logging.h"
 #include "common/problem_loader.h"
+#include "common/queue/lease_extender.h"
 #include "common/queue/memory_queue.h"
+#include "common/queue/redis_queue.h"
+#include "common/queue/stream.h"
 #include "common/store/sqlite_store.h"
 #include "services/coordinator/job_runner.h"
 #include "services/gpu-worker/evaluator.h"
@@ -75,7 +78,27 @@ int RunJob(const RunArgs& args) {
 
   auto log = MakeLogger("kforge", spdlog::level::warn);
   RealClock clock;
-  MemoryWorkQueue queue(clock, /*lease_seconds=*/args.timeout_seconds * 20 + 600);
+  // The in-process queue, or Redis Streams. Workers extend their leases every lease / 3 while
+  // they evaluate, so a Redis lease can be short: a dead worker's item comes back quickly.
+  std::unique_ptr<WorkQueue> queue_owner;
+  double lease_seconds = args.timeout_seconds * 20 + 600;
+  if (args.queue.empty()) {
+    queue_owner = std::make_unique<MemoryWorkQueue>(clock, lease_seconds);
+  } else {
+    lease_seconds = 30;
+    RedisQueueOptions ro;
+    ro.queue.lease_seconds = lease_seconds;
+    ro.coordinator = "kforge-run";
+    auto redis = RedisWorkQueue::Connect(args.queue, ro, log);
+    if (!redis.ok()) {
+      if (absl::IsInvalidArgument(redis.status())) return BadInput(absl::StrCat("--queue: ", redis.status().message()));
+      std::cerr << "kforge run: --queue " << args.queue << ": " << redis.status().message() << "\n";
+      return 1;
+    }
+    queue_owner = *std::move(redis);
+  }
+  WorkQueue& queue = *queue_owner;
+  LeaseExtendingQueue worker_queue(queue, lease_seconds / 3, log);
 
   // Replay problems know which configurations exist: the mutator proposes only those.
   ValidityFn validity;
@@ -158,7 +181,7 @@ int RunJob(const RunArgs& args) {
   std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
   std::vector<std::thread> threads;
   std::atomic<bool> workers_stop{false};
-  const std::string stream(BackendName(problem->backend()));
+  const std::string stream = StreamFor(*problem);
   for (int i = 0; i < args.workers; ++i) {
     worker::EvaluatorOptions eo;
     eo.worker_id = absl::StrCat("local-", i);
@@ -177,7 +200,7 @@ int RunJob(const RunArgs& args) {
       }
     }
     threads.emplace_back([&, i] {
-      worker::QueueWorker w(queue, *evaluators[i], stream, absl::StrCat("local-", i), log);
+      worker::QueueWorker w(worker_queue, *evaluators[i], stream, absl::StrCat("local-", i), log);
       w.Run(workers_stop);
     });
   }

@@ -26,10 +26,11 @@ struct RunArgs {
   std::string llm_proxy;       // host:port of a kforge-llm-proxy to mutate remotely
   int64_t max_llm_tokens = 0;
   double max_llm_cost = 0;
+  std::string queue;           // "" = in-process; redis://host:port[/db] = Redis Streams
 };
 
 // The embedded mode: coordinator, workers and mutator in this process, SQLite store, in-process
-// queue. Exit codes: 0 completed (or interrupted and resumable), 1 the job failed, 2 bad input.
+// queue (or Redis Streams with --queue redis://...). Exit codes: 0 completed (or interrupted and resumable), 1 the job failed, 2 bad input.
 int RunJob(const RunArgs& args);
 
 }  // namespace kforge::cli

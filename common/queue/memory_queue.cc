@@ -1,7 +1,9 @@
 #include "common/queue/memory_queue.h"
 
 #include <chrono>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace kforge {
@@ -14,6 +16,7 @@ constexpr auto kSlice = std::chrono::milliseconds(20);
 absl::Status MemoryWorkQueue::Enqueue(const std::string& stream, const v1::EvaluationRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::CancelledError("queue closed");
+  if (!queued_.insert(CandidateKey(request)).second) return absl::OkStatus();  // already queued or in flight
   WorkItem item;
   item.request = request;
   streams_[stream].ready.push_back(std::move(item));
@@ -21,21 +24,34 @@ absl::Status MemoryWorkQueue::Enqueue(const std::string& stream, const v1::Evalu
   return absl::OkStatus();
 }
 
+void MemoryWorkQueue::Publish(const v1::EvaluationResult& result) {
+  results_[result.job_id()].ready.push_back(result);
+  cv_.notify_all();
+}
+
 void MemoryWorkQueue::ReclaimExpired(Stream& s) {
   const double now = clock_.MonotonicSeconds();
+  std::vector<WorkItem> again;  // ahead of the new items, in delivery order
   for (auto it = s.pending.begin(); it != s.pending.end();) {
     if (it->second.deadline <= now) {
-      WorkItem again = it->second.item;
-      ++again.attempt;
-      s.ready.push_front(std::move(again));
+      WorkItem item = std::move(it->second.item);
+      if (item.attempt >= options_.max_deliveries) {
+        queued_.erase(CandidateKey(item.request));
+        Publish(PoisonResult(item.request, item.attempt));
+      } else {
+        ++item.attempt;
+        again.push_back(std::move(item));
+      }
       it = s.pending.erase(it);
     } else {
       ++it;
     }
   }
+  for (auto it = again.rbegin(); it != again.rend(); ++it) s.ready.push_front(std::move(*it));
 }
 
-absl::StatusOr<std::optional<WorkItem>> MemoryWorkQueue::Dequeue(const std::string& stream, const std::string&,
+absl::StatusOr<std::optional<WorkItem>> MemoryWorkQueue::Dequeue(const std::string& stream,
+                                                                 const std::string& consumer,
                                                                  double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
@@ -47,8 +63,9 @@ absl::StatusOr<std::optional<WorkItem>> MemoryWorkQueue::Dequeue(const std::stri
       WorkItem item = std::move(s.ready.front());
       s.ready.pop_front();
       item.delivery_id = absl::StrCat(stream, "-", next_delivery_++);
+      item.consumer = consumer;
       item.request.set_attempt(item.attempt);
-      s.pending[item.delivery_id] = Pending{item, clock_.MonotonicSeconds() + lease_seconds_};
+      s.pending[item.delivery_id] = Pending{item, clock_.MonotonicSeconds() + options_.lease_seconds};
       return std::optional<WorkItem>(std::move(item));
     }
     if (std::chrono::steady_clock::now() >= until) return std::optional<WorkItem>();
@@ -56,31 +73,98 @@ absl::StatusOr<std::optional<WorkItem>> MemoryWorkQueue::Dequeue(const std::stri
   }
 }
 
+absl::Status MemoryWorkQueue::ExtendLease(const std::string& stream, const WorkItem& item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = streams_.find(stream);
+  if (s != streams_.end()) {
+    ReclaimExpired(s->second);
+    auto it = s->second.pending.find(item.delivery_id);
+    if (it != s->second.pending.end()) {
+      it->second.deadline = clock_.MonotonicSeconds() + options_.lease_seconds;
+      return absl::OkStatus();
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
+}
+
 absl::Status MemoryWorkQueue::Complete(const std::string& stream, const WorkItem& item,
                                        const v1::EvaluationResult& result) {
   std::lock_guard<std::mutex> lock(mu_);
-  streams_[stream].pending.erase(item.delivery_id);
-  results_[result.job_id()].push_back(result);
-  cv_.notify_all();
+  // Only the current delivery frees the candidate: a stale one's redelivery may still be in flight.
+  if (streams_[stream].pending.erase(item.delivery_id) > 0) queued_.erase(CandidateKey(item.request));
+  Publish(result);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<v1::EvaluationResult>> MemoryWorkQueue::NextResult(const std::string& job_id,
-                                                                                double timeout_seconds) {
+absl::StatusOr<std::optional<ResultDelivery>> MemoryWorkQueue::NextResult(const std::string& job_id,
+                                                                          double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   while (true) {
-    // An emptied deque is erased: a long-lived process runs many jobs.
     auto it = results_.find(job_id);
     if (it != results_.end()) {
-      v1::EvaluationResult r = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) results_.erase(it);
-      return std::optional<v1::EvaluationResult>(std::move(r));
+      JobResults& jr = it->second;
+      // Unacknowledged results whose time is up go first, oldest first.
+      const double now = clock_.MonotonicSeconds();
+      std::vector<v1::EvaluationResult> due;
+      for (auto u = jr.unacked.begin(); u != jr.unacked.end();) {
+        if (u->second.deadline <= now) {
+          due.push_back(std::move(u->second.result));
+          u = jr.unacked.erase(u);
+        } else {
+          ++u;
+        }
+      }
+      for (auto d = due.rbegin(); d != due.rend(); ++d) jr.ready.push_front(std::move(*d));
+      if (!jr.ready.empty()) {
+        ResultDelivery d;
+        d.result = std::move(jr.ready.front());
+        jr.ready.pop_front();
+        const int64_t token = next_token_++;
+        d.ack_token = absl::StrCat(token);
+        jr.unacked[token] = Unacked{d.result, now + options_.result_redelivery_seconds};
+        return std::optional<ResultDelivery>(std::move(d));
+      }
     }
-    if (closed_ || std::chrono::steady_clock::now() >= until) return std::optional<v1::EvaluationResult>();
+    if (closed_ || std::chrono::steady_clock::now() >= until) return std::optional<ResultDelivery>();
     cv_.wait_for(lock, kSlice);
   }
+}
+
+absl::Status MemoryWorkQueue::AckResult(const std::string& job_id, const std::string& ack_token) {
+  int64_t token = 0;
+  if (!absl::SimpleAtoi(ack_token, &token)) return absl::InvalidArgumentError("malformed ack token");
+  std::lock_guard<std::mutex> lock(mu_);
+  // An emptied job entry is erased: a long-lived process runs many jobs.
+  auto it = results_.find(job_id);
+  if (it == results_.end()) return absl::OkStatus();
+  it->second.unacked.erase(token);
+  if (it->second.empty()) results_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryWorkQueue::PurgeJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, s] : streams_) {
+    for (auto it = s.ready.begin(); it != s.ready.end();) {
+      if (it->request.job_id() == job_id) {
+        queued_.erase(CandidateKey(it->request));
+        it = s.ready.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = s.pending.begin(); it != s.pending.end();) {
+      if (it->second.item.request.job_id() == job_id) {
+        queued_.erase(CandidateKey(it->second.item.request));
+        it = s.pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  results_.erase(job_id);
+  return absl::OkStatus();
 }
 
 void MemoryWorkQueue::Close() {

@@ -1,43 +1,80 @@
 #pragma once
 
 // The WorkQueue port: candidates to evaluate flow to workers on a stream per device class
-// (e.g. "opencl", "cuda:NVIDIA H200", "replay"); results flow back per job. An item taken by a
-// worker is leased: if it is not completed within the lease it is delivered again (a worker
-// that died mid-evaluation loses nothing). Backends: in-process (embedded), Redis Streams
-// (cluster); one contract test suite runs against each.
+// (StreamFor: e.g. "opencl", "cuda:NVIDIA H200", "replay"); results flow back per job. An item
+// taken by a worker is leased: if it is neither completed nor its lease extended within the lease
+// it is delivered again (a worker that died mid-evaluation loses nothing), and an item delivered
+// `max_deliveries` times without a result is completed as OUTCOME_INFRA_ERROR instead of being
+// delivered forever. Enqueue is idempotent per candidate (job id + candidate id) while the item is
+// queued or in flight. A result handed out by NextResult stays owed until AckResult: the
+// coordinator acknowledges it after the store has committed it, and an unacknowledged result is
+// handed out again after `result_redelivery_seconds` (or by a new queue on the same backend).
+// Backends: in-process (embedded), Redis Streams (cluster); one contract test suite runs against
+// each.
 
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kforge/v1/evaluation.pb.h"
 
 namespace kforge {
 
+struct WorkQueueOptions {
+  double lease_seconds = 30;              // an item not completed or extended within this is redelivered
+  int max_deliveries = 3;                 // deliveries without a result before OUTCOME_INFRA_ERROR
+  double result_redelivery_seconds = 60;  // an unacknowledged result is handed out again after this
+};
+
 struct WorkItem {
-  std::string delivery_id;  // identifies this lease; pass it back to Complete
+  std::string delivery_id;  // identifies this lease; pass the item back to Complete / ExtendLease
   v1::EvaluationRequest request;
   int attempt = 1;          // 1 for the first delivery
+  std::string consumer;     // who holds the lease
+};
+
+struct ResultDelivery {
+  v1::EvaluationResult result;
+  std::string ack_token;    // pass to AckResult once the result is stored
 };
 
 class WorkQueue {
  public:
   virtual ~WorkQueue() = default;
 
+  // Queues the request on `stream`. A request whose candidate (job id + candidate id) is already
+  // queued or in flight is not queued again (OK is returned).
   [[nodiscard]] virtual absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) = 0;
   // Waits up to timeout_seconds; nullopt when nothing arrived (or the queue was closed).
   [[nodiscard]] virtual absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream,
                                                                         const std::string& consumer,
                                                                         double timeout_seconds) = 0;
+  // Restarts the item's lease (a worker calls it every lease/3 or so while it evaluates).
+  // FailedPrecondition when the lease is no longer this delivery's (it expired and the item went
+  // to another worker, or the item was completed or purged).
+  [[nodiscard]] virtual absl::Status ExtendLease(const std::string& stream, const WorkItem& item) = 0;
   // Acknowledges the item and publishes its result to the request's job. Completing an item whose
   // lease expired and was redelivered is harmless: result ingestion is idempotent.
   [[nodiscard]] virtual absl::Status Complete(const std::string& stream, const WorkItem& item,
                                               const v1::EvaluationResult& result) = 0;
-  // The job's next result, waiting up to timeout_seconds.
-  [[nodiscard]] virtual absl::StatusOr<std::optional<v1::EvaluationResult>> NextResult(const std::string& job_id,
-                                                                                       double timeout_seconds) = 0;
+  // The job's next result, waiting up to timeout_seconds. It is handed out again later unless
+  // acknowledged with AckResult.
+  [[nodiscard]] virtual absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
+                                                                                 double timeout_seconds) = 0;
+  // The result was committed to the store (or judged unusable): it is not handed out again.
+  [[nodiscard]] virtual absl::Status AckResult(const std::string& job_id, const std::string& ack_token) = 0;
+  // Cancel: drops the job's queued and in-flight items (a later Complete of an in-flight one still
+  // publishes its result) and its undelivered results.
+  [[nodiscard]] virtual absl::Status PurgeJob(const std::string& job_id) = 0;
   // Wakes every waiter; later calls return at once.
   virtual void Close() = 0;
 };
+
+// The result that ends an item delivered `deliveries` times without one.
+v1::EvaluationResult PoisonResult(const v1::EvaluationRequest& request, int deliveries);
+
+// The key Enqueue is idempotent on.
+std::string CandidateKey(const v1::EvaluationRequest& request);
 
 }  // namespace kforge

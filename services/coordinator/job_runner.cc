@@ -10,6 +10,7 @@
 #include "common/dtype.h"
 #include "common/hash.h"
 #include "common/param_space.h"
+#include "common/queue/stream.h"
 #include "common/status_macros.h"
 #include "services/coordinator/evolution_engine.h"
 #include "services/coordinator/screener.h"
@@ -41,6 +42,13 @@ int GlobalDrawCount(int screen_children, size_t source_bytes) {
 void SetTime(google::protobuf::Timestamp* t, double wall) {
   t->set_seconds(static_cast<int64_t>(wall));
   t->set_nanos(static_cast<int32_t>((wall - std::floor(wall)) * 1e9));
+}
+
+// A store failure that may pass (the result is left unacknowledged and comes back), as opposed to
+// a verdict on the result itself.
+bool IsTransient(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsAborted(st) ||
+         absl::IsResourceExhausted(st);
 }
 
 std::string CandidateId(const std::string& job_id, int64_t sequence) {
@@ -85,7 +93,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
   if (job.state() == v1::JOB_STATE_COMPLETED || job.state() == v1::JOB_STATE_FAILED) return job;
   const v1::Problem& problem = job.spec().problem();
   const v1::Budget& budget = job.spec().budget();
-  const std::string stream = options_.stream.empty() ? std::string(BackendName(problem.backend())) : options_.stream;
+  const std::string stream = StreamFor(problem, options_.device_class);
   const int slots = std::max(1, job.spec().evolution().max_in_flight() > 0
                                     ? std::min(options_.slots, job.spec().evolution().max_in_flight())
                                     : options_.slots);
@@ -323,15 +331,27 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     }
     KF_RETURN_IF_ERROR(fill());
     if (ingested == cands.size() && (!stop_reason.empty() || cands.empty())) break;
-    KF_ASSIGN_OR_RETURN(auto r, queue_.NextResult(job_id, options_.poll_seconds));
-    if (!r.has_value()) continue;
-    auto inserted = store_.PutEvaluation(*r);
+    KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id, options_.poll_seconds));
+    if (!delivery.has_value()) continue;
+    v1::EvaluationResult& r = delivery->result;
+    auto inserted = store_.PutEvaluation(r);
+    // Acknowledged once the store has committed it (or refused it for good): a result the store
+    // could not take now is handed out again by the queue later.
+    if (!inserted.ok() && IsTransient(inserted.status())) {
+      log_->warn("job={} result for candidate={} not stored yet: {}", job_id, r.candidate_id(),
+                 inserted.status().message());
+      continue;
+    }
+    if (absl::Status st = queue_.AckResult(job_id, delivery->ack_token); !st.ok()) {
+      log_->warn("job={} cannot acknowledge the result for candidate={}: {}", job_id, r.candidate_id(), st.message());
+    }
     if (!inserted.ok()) {
-      log_->warn("job={} dropping result for candidate={}: {}", job_id, r->candidate_id(), inserted.status().message());
+      log_->warn("job={} dropping result for candidate={}: {}", job_id, r.candidate_id(), inserted.status().message());
       continue;
     }
     if (!*inserted) continue;  // a redelivered duplicate: already ingested or buffered
-    results[r->candidate_id()] = *std::move(r);
+    const std::string candidate_id = r.candidate_id();
+    results[candidate_id] = std::move(r);
     ingest_ready(/*notify=*/true);
     KF_RETURN_IF_ERROR(fill_error);
   }

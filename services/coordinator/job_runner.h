@@ -27,7 +27,7 @@ namespace kforge::coordinator {
 struct JobRunnerOptions {
   int slots = 1;                 // candidates in flight (the workers' slots)
   double poll_seconds = 0.1;     // result wait slice (stop flag latency)
-  std::string stream;            // work stream; "" = the problem's backend name
+  std::string device_class;      // work goes to StreamFor(problem, device_class); "" = any device
   ScreenOracle screen_oracle;    // benchmarks only: rank screened children by known costs
 };
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 #include "common/logging.h"
 #include "common/problem_loader.h"
 #include "common/queue/memory_queue.h"
+#include "common/queue/stream.h"
 #include "common/store/memory_store.h"
 #include "common/store/sqlite_store.h"
 #include "gmock/gmock.h"
@@ -32,6 +34,7 @@
 #include "services/gpu-worker/queue_worker.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
+#include "tests/testutil/faulty_queue.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge {
@@ -68,8 +71,11 @@ class TestQueue final : public WorkQueue {
     duplicates_.fetch_add(1);
     return inner_.Complete(stream, item, result);
   }
-  absl::StatusOr<std::optional<v1::EvaluationResult>> NextResult(const std::string& job_id,
-                                                                 double timeout_seconds) override {
+  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
+    return inner_.ExtendLease(stream, item);
+  }
+  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
+                                                           double timeout_seconds) override {
     if (mode_ != QueueMode::kReorder) return inner_.NextResult(job_id, timeout_seconds);
     while (held_.size() < 2) {
       auto r = inner_.NextResult(job_id, held_.empty() ? timeout_seconds : 0.03);
@@ -77,16 +83,20 @@ class TestQueue final : public WorkQueue {
       if (!r->has_value()) break;
       held_.push_back(**r);
     }
-    if (held_.empty()) return std::optional<v1::EvaluationResult>();
+    if (held_.empty()) return std::optional<ResultDelivery>();
     auto it = std::max_element(held_.begin(), held_.end(), [](const auto& a, const auto& b) {
-      return a.candidate_id() < b.candidate_id();  // ids end in the zero-padded sequence
+      return a.result.candidate_id() < b.result.candidate_id();  // ids end in the zero-padded sequence
     });
-    v1::EvaluationResult out = *it;
+    ResultDelivery out = *it;
     held_.erase(it);
-    if (!last_.empty() && out.candidate_id() < last_) reordered_ = true;
-    last_ = out.candidate_id();
-    return std::optional<v1::EvaluationResult>(std::move(out));
+    if (!last_.empty() && out.result.candidate_id() < last_) reordered_ = true;
+    last_ = out.result.candidate_id();
+    return std::optional<ResultDelivery>(std::move(out));
   }
+  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
+    return inner_.AckResult(job_id, ack_token);
+  }
+  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
   void Close() override { inner_.Close(); }
   int completed() const { return completed_.load(); }
   int duplicates() const { return duplicates_.load(); }
@@ -97,7 +107,7 @@ class TestQueue final : public WorkQueue {
   const QueueMode mode_;
   std::atomic<int> completed_{0};
   std::atomic<int> duplicates_{0};
-  std::vector<v1::EvaluationResult> held_;  // the job runner's thread only
+  std::vector<ResultDelivery> held_;  // the job runner's thread only
   std::string last_;
   bool reordered_ = false;
 };
@@ -128,6 +138,8 @@ struct RunOptions {
   QueueMode queue = QueueMode::kPlain;
   std::vector<std::pair<std::string, int>>* requests = nullptr;  // filled with the mutate requests
   coordinator::ScreenOracle oracle;  // JobRunnerOptions::screen_oracle
+  // Faults injected between the in-process queue and its users (short real-time leases then).
+  std::optional<testing::QueueFaults> faults;
 };
 
 struct RunReport {
@@ -138,6 +150,7 @@ struct RunReport {
   int evaluated = 0;  // results the workers published
   int duplicates = 0;
   bool reordered = false;
+  int dropped_completes = 0, dropped_deliveries = 0, dropped_acks = 0, duplicated = 0, shuffled = 0;
 };
 
 class JobRunnerTest : public ::testing::Test {
@@ -189,8 +202,12 @@ class JobRunnerTest : public ::testing::Test {
   RunReport Run(Store& store, const std::string& job_id, const RunOptions& o, Clock* clock_in = nullptr) {
     RealClock real;
     Clock& clock = clock_in != nullptr ? *clock_in : real;
-    MemoryWorkQueue memq(clock, /*lease_seconds=*/1e6);
-    TestQueue queue(memq, o.queue);
+    WorkQueueOptions qo{.lease_seconds = 1e6};
+    if (o.faults.has_value()) qo = {.lease_seconds = 0.3, .max_deliveries = 50, .result_redelivery_seconds = 0.2};
+    MemoryWorkQueue memq(clock, qo);
+    std::optional<testing::FaultyQueue> faulty;
+    if (o.faults.has_value()) faulty.emplace(memq, *o.faults);
+    TestQueue queue(faulty.has_value() ? static_cast<WorkQueue&>(*faulty) : memq, o.queue);
     RecordingMutator mutator(Validity());
     coordinator::JobRunnerOptions ro;
     ro.slots = o.slots;
@@ -200,7 +217,7 @@ class JobRunnerTest : public ::testing::Test {
     std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
     std::vector<std::thread> threads;
     std::atomic<bool> workers_stop{false};
-    const std::string stream(BackendName(problem_.backend()));
+    const std::string stream = StreamFor(problem_);
     for (int i = 0; i < o.workers; ++i) {
       worker::EvaluatorOptions eo;
       eo.worker_id = absl::StrCat("w", i);
@@ -229,6 +246,14 @@ class JobRunnerTest : public ::testing::Test {
     rep.evaluated = queue.completed();
     rep.duplicates = queue.duplicates();
     rep.reordered = queue.reordered();
+    if (faulty.has_value()) {
+      const testing::QueueFaultCounts& c = faulty->counts();
+      rep.dropped_completes = c.dropped_completes;
+      rep.dropped_deliveries = c.dropped_deliveries;
+      rep.dropped_acks = c.dropped_acks;
+      rep.duplicated = c.duplicated_completes + c.duplicated_enqueues;
+      rep.shuffled = c.reordered;
+    }
     return rep;
   }
 
@@ -821,6 +846,40 @@ TEST_F(JobRunnerTest, DuplicateResultsAreIngestedOnce) {
     for (const auto& e : *events) improved_events += e.has_improved() ? 1 : 0;
     EXPECT_EQ(improved_events, dup.improved_calls);
   }
+}
+
+TEST_F(JobRunnerTest, EveryCandidateEndsWithExactlyOneEvaluationThroughAFaultyQueue) {
+  // Results lost on the way (by the worker, before the store, the acknowledgement), sent twice,
+  // delayed and reordered: the job still evaluates every candidate exactly once in the store, and
+  // proposes the same candidates as a run on a clean queue.
+  MemoryStore clean_store;
+  RunReport clean = Run(clean_store, Submit(clean_store, Spec(5, 40)), {.workers = 3, .slots = 3});
+  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
+  auto clean_cands = clean_store.ListCandidates(clean.job->id());
+  ASSERT_TRUE(clean_cands.ok());
+
+  MemoryStore store;
+  RunOptions o{.workers = 3, .slots = 3};
+  o.faults = testing::QueueFaults{.drop_complete = 0.15, .drop_delivery = 0.15, .drop_ack = 0.2,
+                                  .duplicate_complete = 0.2, .duplicate_enqueue = 0.3, .max_delay_seconds = 0.005,
+                                  .reorder = 2, .seed = 17};
+  RunReport rep = Run(store, Submit(store, Spec(5, 40)), o);
+  ASSERT_TRUE(rep.job.ok()) << rep.job.status();
+  ASSERT_EQ(rep.job->state(), v1::JOB_STATE_COMPLETED) << rep.job->state_reason();
+  EXPECT_EQ(rep.job->progress().evaluations(), 40);
+  ExpectConsistent(store, *rep.job);  // one evaluation per candidate, none an infra error
+  auto evals = store.ListEvaluations(rep.job->id());
+  ASSERT_TRUE(evals.ok());
+  EXPECT_EQ(evals->size(), 40u);
+  auto cands = store.ListCandidates(rep.job->id());
+  ASSERT_TRUE(cands.ok());
+  EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+  // The faults did happen.
+  EXPECT_GT(rep.dropped_completes, 0);
+  EXPECT_GT(rep.dropped_deliveries, 0);
+  EXPECT_GT(rep.dropped_acks, 0);
+  EXPECT_GT(rep.duplicated, 0);
+  EXPECT_GT(rep.shuffled, 0);
 }
 
 TEST_F(JobRunnerTest, ResultForAnUnknownCandidateIsDropped) {

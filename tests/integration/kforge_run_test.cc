@@ -19,11 +19,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/launch.h"
+#include "common/logging.h"
+#include "common/queue/redis_queue.h"
 #include "common/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/replay_fixture.h"
+#include "tests/testutil/redis_server.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
 
@@ -34,7 +37,9 @@ namespace fs = std::filesystem;
 
 using ::kforge::testing::BinaryDir;
 using ::kforge::testing::RunProgram;
+using ::kforge::testing::RedisServer;
 using ::kforge::testing::RunResult;
+using ::kforge::testing::SourceDir;
 using ::kforge::testing::SynthSpace;
 using ::kforge::testing::TempDir;
 using ::kforge::testing::WriteSynthReplayProblem;
@@ -475,6 +480,49 @@ TEST(KforgeRunTest, BadInputExitsTwo) {
   r = RunProgram(Kforge(), {"run", problem, "--resume", "--db", db, "--out", out, "--quiet"});
   EXPECT_EQ(r.exit_code, 2) << Describe(r);
   EXPECT_THAT(r.err, HasSubstr("no unfinished job"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e) The work on Redis Streams (--queue), against a throwaway redis-server.
+
+TEST(KforgeRunTest, ReplayProblemThroughARedisQueue) {
+  if (!RedisServer::Available()) GTEST_SKIP() << RedisServer::kAbsent;
+  RedisServer redis;
+  ASSERT_TRUE(redis.Start()) << redis.error();
+  TempDir dir;
+  const std::string db = dir.path() + "/k.db";
+  RunResult r = RunProgram(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "20", "--queue",
+                                      redis.url(), "--workers", "2", "--db", db, "--out", dir.path() + "/out"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("completed"));
+  EXPECT_THAT(r.out, HasSubstr("20 evaluations"));
+  auto store = SqliteStore::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<v1::Job> jobs = Jobs(**store);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(jobs[0].progress().evaluations(), 20);
+  ExpectStoredJobConsistent(**store, jobs[0].id(), /*finished=*/true);
+  auto evals = (*store)->ListEvaluations(jobs[0].id());
+  ASSERT_TRUE(evals.ok());
+  EXPECT_EQ(evals->size(), 20u);
+  // Nothing left behind: no queued work, every result acknowledged.
+  RedisQueueOptions ro;
+  ro.coordinator = "kforge-run";
+  auto q = RedisWorkQueue::Connect(redis.url(), ro, MakeLogger("test", spdlog::level::err));
+  ASSERT_TRUE(q.ok()) << q.status();
+  auto item = (*q)->Dequeue("replay", "probe", 0.1);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_FALSE(item->has_value());
+  auto result = (*q)->NextResult(jobs[0].id(), 0.1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->has_value());
+
+  // A queue URL that is not one, or a server that is not there.
+  RunResult bad = RunProgram(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "5", "--queue",
+                                        "http://127.0.0.1:1", "--db", db});
+  EXPECT_EQ(bad.exit_code, 2) << Describe(bad);
+  EXPECT_THAT(bad.err, HasSubstr("redis://host:port"));
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 //                            }}),
 //                            kforge::testing::QueueBackendName);
 //
-// A factory is made afresh for every test. The header defines the tests themselves: include it
+// A factory is made afresh for every test (nullptr skips the test: the backend cannot run here,
+// e.g. no redis-server). The header defines the tests themselves: include it
 // in exactly one source file per test binary.
 
 #include <algorithm>
@@ -38,10 +39,13 @@ namespace kforge::testing {
 class QueueFactory {
  public:
   virtual ~QueueFactory() = default;
-  // A new queue, sharing nothing with earlier ones, whose leases last `lease_seconds`.
-  virtual std::unique_ptr<WorkQueue> NewQueue(double lease_seconds) = 0;
-  // Lets `seconds` pass for lease expiry (a fake clock's advance, or a real wait). Only called
-  // while no other thread is using the queue.
+  // A new queue, sharing nothing with earlier ones.
+  virtual std::unique_ptr<WorkQueue> NewQueue(const WorkQueueOptions& options) = 0;
+  // Another queue object on the backend of the last NewQueue (what a restarted coordinator
+  // connects to); nullptr when the backend lives inside the queue object.
+  virtual std::unique_ptr<WorkQueue> NewQueueOnSameBackend(const WorkQueueOptions& options) = 0;
+  // Lets `seconds` pass for lease expiry and result redelivery (a fake clock's advance, or a
+  // real wait). Only called while no other thread is using the queue.
   virtual void AdvanceTime(double seconds) = 0;
 };
 
@@ -78,12 +82,18 @@ inline v1::EvaluationResult ResultFor(const WorkItem& item, double speedup = 1.0
 
 class QueueContractTest : public ::testing::TestWithParam<QueueBackend> {
  protected:
-  static constexpr double kLease = 30;  // seconds of (fake or real) time
+  static constexpr double kLease = 30;      // seconds of (fake or real) time
+  static constexpr double kRedeliver = 60;  // result redelivery delay
+  static constexpr int kMaxDeliveries = 3;
+
+  static WorkQueueOptions Options() {
+    return {.lease_seconds = kLease, .max_deliveries = kMaxDeliveries, .result_redelivery_seconds = kRedeliver};
+  }
 
   void SetUp() override {
     factory_ = GetParam().make_factory();
-    ASSERT_NE(factory_, nullptr);
-    queue_ = factory_->NewQueue(kLease);
+    if (factory_ == nullptr) GTEST_SKIP() << GetParam().name << ": the backend cannot run here";
+    queue_ = factory_->NewQueue(Options());
     ASSERT_NE(queue_, nullptr);
   }
   void TearDown() override {
@@ -117,8 +127,16 @@ class QueueContractTest : public ::testing::TestWithParam<QueueBackend> {
     }
     return true;
   }
+  // The job's next result, acknowledged at once.
   std::optional<v1::EvaluationResult> NextResult(const std::string& job_id, double timeout = 1.0) {
-    auto r = queue().NextResult(job_id, timeout);
+    auto d = NextDelivery(job_id, timeout);
+    if (!d.has_value()) return std::nullopt;
+    EXPECT_TRUE(queue().AckResult(job_id, d->ack_token).ok());
+    return d->result;
+  }
+  // The job's next result, not acknowledged.
+  std::optional<ResultDelivery> NextDelivery(const std::string& job_id, double timeout = 1.0, WorkQueue* q = nullptr) {
+    auto r = (q != nullptr ? *q : queue()).NextResult(job_id, timeout);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : std::nullopt;
   }
@@ -260,7 +278,7 @@ TEST_P(QueueContractTest, NextResultWakesWhenAResultArrives) {
   std::optional<v1::EvaluationResult> got;
   std::thread waiter([&] {
     auto r = queue().NextResult("j1", 10.0);
-    if (r.ok()) got = *r;
+    if (r.ok() && r->has_value()) got = (*r)->result;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item)).ok());
@@ -348,7 +366,7 @@ TEST_P(QueueContractTest, CloseWakesABlockedDequeue) {
 
 TEST_P(QueueContractTest, CloseWakesABlockedNextResult) {
   std::atomic<bool> returned{false};
-  std::optional<absl::StatusOr<std::optional<v1::EvaluationResult>>> got;
+  std::optional<absl::StatusOr<std::optional<ResultDelivery>>> got;
   std::thread waiter([&] {
     got = queue().NextResult("j1", 30.0);
     returned = true;
@@ -463,6 +481,168 @@ TEST_P(QueueContractTest, ConcurrentProducersAndConsumersLoseNothing) {
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(deliveries.size(), static_cast<size_t>(kProducers * kPerProducer));
   for (const auto& [id, n] : deliveries) EXPECT_EQ(n, 1) << id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotent enqueue, leases extended, acknowledged results, purge, poison.
+
+TEST_P(QueueContractTest, EnqueueIsIdempotentPerCandidateWhileQueuedOrInFlight) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));  // a resumed job re-dispatching
+  MustEnqueue("opencl", MakeQueueRequest("j2", "r1"));  // the same candidate id in another job
+  WorkItem a = MustDequeue("opencl");
+  WorkItem b = MustDequeue("opencl");
+  EXPECT_EQ(a.request.job_id(), "j1");
+  EXPECT_EQ(b.request.job_id(), "j2");
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  // In flight: still not queued again, on any stream.
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  // Lease expired, waiting for redelivery: one delivery only.
+  factory_->AdvanceTime(kLease + 1);
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  std::map<std::string, WorkItem> redelivered;  // by job
+  for (int i = 0; i < 2; ++i) {
+    WorkItem item = MustDequeue("opencl", "w2");
+    EXPECT_EQ(item.attempt, 2);
+    redelivered[item.request.job_id()] = item;
+  }
+  ASSERT_EQ(redelivered.size(), 2u);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  const WorkItem again = redelivered["j1"];
+  // Completed: a later enqueue is a new dispatch.
+  ASSERT_TRUE(queue().Complete("opencl", again, ResultFor(again)).ok());
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem fresh = MustDequeue("opencl");
+  EXPECT_EQ(fresh.request.job_id(), "j1");
+  EXPECT_EQ(fresh.attempt, 1);
+}
+
+TEST_P(QueueContractTest, ExtendedLeaseIsNotRedelivered) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem item = MustDequeue("opencl", "slow");
+  factory_->AdvanceTime(kLease * 2 / 3);
+  ASSERT_TRUE(queue().ExtendLease("opencl", item).ok());
+  factory_->AdvanceTime(kLease * 2 / 3);  // past the first lease, within the extended one
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  ASSERT_TRUE(queue().ExtendLease("opencl", item).ok());
+  factory_->AdvanceTime(kLease * 2 / 3);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  // The worker dies: the item comes back within a lease of its last extension.
+  factory_->AdvanceTime(kLease / 2);
+  WorkItem again = MustDequeue("opencl", "w2");
+  EXPECT_EQ(again.request.request_id(), "r1");
+  EXPECT_EQ(again.attempt, 2);
+}
+
+TEST_P(QueueContractTest, ExtendingALostLeaseFails) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem first = MustDequeue("opencl", "w1");
+  factory_->AdvanceTime(kLease + 1);
+  WorkItem second = MustDequeue("opencl", "w2");
+  ASSERT_EQ(second.attempt, 2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(queue().ExtendLease("opencl", first)));
+  EXPECT_TRUE(queue().ExtendLease("opencl", second).ok());
+  ASSERT_TRUE(queue().Complete("opencl", second, ResultFor(second)).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(queue().ExtendLease("opencl", second)));
+}
+
+TEST_P(QueueContractTest, ItemDeliveredMaxTimesWithoutAResultEndsAsInfraError) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  for (int attempt = 1; attempt <= kMaxDeliveries; ++attempt) {
+    WorkItem item = MustDequeue("opencl", absl::StrCat("dying-", attempt));
+    EXPECT_EQ(item.attempt, attempt);
+    factory_->AdvanceTime(kLease + 1);
+  }
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  auto r = NextResult("j1");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->request_id(), "r1");
+  EXPECT_EQ(r->candidate_id(), "cand-r1");
+  EXPECT_EQ(r->outcome(), v1::OUTCOME_INFRA_ERROR);
+  EXPECT_THAT(r->message(), ::testing::HasSubstr("delivered 3 times without a result"));
+  factory_->AdvanceTime(kLease * 2);
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  EXPECT_FALSE(NextResult("j1", 0.05).has_value());
+}
+
+TEST_P(QueueContractTest, UnacknowledgedResultIsDeliveredAgain) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r2"));
+  WorkItem a = MustDequeue("opencl");
+  WorkItem b = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", a, ResultFor(a)).ok());
+  ASSERT_TRUE(queue().Complete("opencl", b, ResultFor(b)).ok());
+  auto first = NextDelivery("j1");  // the coordinator dies before storing it
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->result.request_id(), "r1");
+  EXPECT_FALSE(first->ack_token.empty());
+  auto second = NextDelivery("j1");
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->result.request_id(), "r2");
+  ASSERT_TRUE(queue().AckResult("j1", second->ack_token).ok());
+  EXPECT_FALSE(NextDelivery("j1", 0.05).has_value()) << "not before the redelivery delay";
+  factory_->AdvanceTime(kRedeliver + 1);
+  auto again = NextDelivery("j1");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->result.request_id(), "r1");
+  ASSERT_TRUE(queue().AckResult("j1", again->ack_token).ok());
+  factory_->AdvanceTime(kRedeliver * 2);
+  EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
+}
+
+TEST_P(QueueContractTest, UnacknowledgedResultComesBackOnANewQueue) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem a = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", a, ResultFor(a, 3.0)).ok());
+  auto lost = NextDelivery("j1");
+  ASSERT_TRUE(lost.has_value());
+  queue().Close();
+  std::unique_ptr<WorkQueue> restarted = factory_->NewQueueOnSameBackend(Options());
+  if (restarted == nullptr) GTEST_SKIP() << GetParam().name << ": the backend does not outlive its queue object";
+  auto again = NextDelivery("j1", 1.0, restarted.get());
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->result.request_id(), "r1");
+  EXPECT_DOUBLE_EQ(again->result.speedup(), 3.0);
+  ASSERT_TRUE(restarted->AckResult("j1", again->ack_token).ok());
+  EXPECT_FALSE(NextDelivery("j1", 0.05, restarted.get()).has_value());
+  restarted->Close();
+}
+
+TEST_P(QueueContractTest, PurgeJobDropsItsQueuedAndInFlightItems) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r2"));
+  MustEnqueue("opencl", MakeQueueRequest("j2", "r3"));
+  MustEnqueue("cuda", MakeQueueRequest("j1", "r4"));
+  WorkItem in_flight = MustDequeue("opencl");
+  ASSERT_EQ(in_flight.request.request_id(), "r1");
+  ASSERT_TRUE(queue().PurgeJob("j1").ok());
+  WorkItem other = MustDequeue("opencl");
+  EXPECT_EQ(other.request.request_id(), "r3");
+  ASSERT_TRUE(queue().Complete("opencl", other, ResultFor(other)).ok());
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  EXPECT_TRUE(DequeuesNothing("cuda"));
+  factory_->AdvanceTime(kLease + 1);
+  EXPECT_TRUE(DequeuesNothing("opencl")) << "a purged in-flight item is not redelivered";
+  // The job's candidates may be dispatched again (a resubmitted job).
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r2"));
+  EXPECT_EQ(MustDequeue("opencl").request.request_id(), "r2");
+  // Purging a job without work is fine.
+  EXPECT_TRUE(queue().PurgeJob("nobody").ok());
+}
+
+TEST_P(QueueContractTest, PurgeJobDropsItsUndeliveredResults) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  MustEnqueue("opencl", MakeQueueRequest("j2", "r2"));
+  WorkItem a = MustDequeue("opencl");
+  WorkItem b = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", a, ResultFor(a)).ok());
+  ASSERT_TRUE(queue().Complete("opencl", b, ResultFor(b)).ok());
+  ASSERT_TRUE(queue().PurgeJob("j1").ok());
+  EXPECT_FALSE(NextResult("j1", 0.05).has_value());
+  auto r = NextResult("j2");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->request_id(), "r2");
 }
 
 }  // namespace kforge::testing

@@ -1,11 +1,16 @@
 // The WorkQueue contract run against MemoryWorkQueue (leases on a FakeClock), plus
 // MemoryWorkQueue-only behaviour.
 
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <string>
 
 #include "common/clock.h"
+#include "common/logging.h"
+#include "common/queue/lease_extender.h"
 #include "common/queue/memory_queue.h"
+#include "common/queue/stream.h"
 #include "common/store/memory_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,9 +21,10 @@ namespace {
 
 class MemoryQueueFactory final : public QueueFactory {
  public:
-  std::unique_ptr<WorkQueue> NewQueue(double lease_seconds) override {
-    return std::make_unique<MemoryWorkQueue>(clock_, lease_seconds);
+  std::unique_ptr<WorkQueue> NewQueue(const WorkQueueOptions& options) override {
+    return std::make_unique<MemoryWorkQueue>(clock_, options);
   }
+  std::unique_ptr<WorkQueue> NewQueueOnSameBackend(const WorkQueueOptions&) override { return nullptr; }
   void AdvanceTime(double seconds) override { clock_.Advance(seconds); }
 
  private:
@@ -97,7 +103,8 @@ TEST(MemoryWorkQueueTest, RedeliveredDuplicateIsDedupedByIngestion) {
     ASSERT_TRUE(r.ok());
     if (!r->has_value()) break;
     ++results;
-    auto put = store.PutEvaluation(**r);
+    auto put = store.PutEvaluation((*r)->result);
+    ASSERT_TRUE(q.AckResult("j1", (*r)->ack_token).ok());
     ASSERT_TRUE(put.ok()) << put.status();
     stored += *put ? 1 : 0;
   }
@@ -107,6 +114,53 @@ TEST(MemoryWorkQueueTest, RedeliveredDuplicateIsDedupedByIngestion) {
   ASSERT_TRUE(evals.ok());
   ASSERT_EQ(evals->size(), 1u);
   EXPECT_DOUBLE_EQ((*evals)[0].speedup(), 2.0);  // the first completion wins
+}
+
+TEST(StreamForTest, BackendAndDeviceClass) {
+  v1::Problem p;
+  p.set_backend(v1::BACKEND_CUDA);
+  EXPECT_EQ(StreamFor(p), "cuda");
+  EXPECT_EQ(StreamFor(p, "NVIDIA H200"), "cuda:NVIDIA H200");
+  p.set_backend(v1::BACKEND_OPENCL);
+  EXPECT_EQ(StreamFor(p), "opencl");
+  p.set_backend(v1::BACKEND_REPLAY);
+  EXPECT_EQ(StreamFor(p, "anything"), "replay");
+}
+
+TEST(LeaseExtendingQueueTest, ExtendsHeldItemsUntilCompleted) {
+  FakeClock clock;
+  MemoryWorkQueue inner(clock, 10);
+  LeaseExtendingQueue q(inner, /*interval_seconds=*/0.02, MakeLogger("test", spdlog::level::off));
+  ASSERT_TRUE(q.Enqueue("s", MakeQueueRequest("j1", "r1")).ok());
+  auto item = q.Dequeue("s", "w", 0);
+  ASSERT_TRUE(item.ok() && item->has_value());
+  EXPECT_EQ(q.HeldCount(), 1u);
+  // Three leases pass in steps; the extender renews the lease in between.
+  for (int i = 0; i < 6; ++i) {
+    clock.Advance(5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto probe = inner.Dequeue("s", "other", 0);
+  ASSERT_TRUE(probe.ok());
+  EXPECT_FALSE(probe->has_value()) << "a held item's lease expired";
+  ASSERT_TRUE(q.Complete("s", **item, ResultFor(**item)).ok());
+  EXPECT_EQ(q.HeldCount(), 0u);
+  clock.Advance(11);
+  probe = inner.Dequeue("s", "other", 0);
+  ASSERT_TRUE(probe.ok());
+  EXPECT_FALSE(probe->has_value());
+}
+
+TEST(LeaseExtendingQueueTest, StopsExtendingALostLease) {
+  FakeClock clock;
+  MemoryWorkQueue inner(clock, 10);
+  LeaseExtendingQueue q(inner, /*interval_seconds=*/0.02, MakeLogger("test", spdlog::level::off));
+  ASSERT_TRUE(q.Enqueue("s", MakeQueueRequest("j1", "r1")).ok());
+  auto item = q.Dequeue("s", "w", 0);
+  ASSERT_TRUE(item.ok() && item->has_value());
+  ASSERT_TRUE(inner.PurgeJob("j1").ok());  // the lease is gone
+  for (int i = 0; i < 50 && q.HeldCount() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(q.HeldCount(), 0u);
 }
 
 }  // namespace

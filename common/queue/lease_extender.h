@@ -1,0 +1,62 @@
+#pragma once
+
+// A WorkQueue decorator for workers: every item dequeued through it has its lease extended every
+// `interval_seconds` (lease / 3, say) by a background thread until the item is completed, so an
+// evaluation may run longer than a (short) lease while a dead worker's item still comes back
+// within a lease. Every other call goes to the wrapped queue unchanged. Safe to call from any
+// thread; the wrapped queue must outlive it.
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "common/logging.h"
+#include "common/queue/work_queue.h"
+
+namespace kforge {
+
+class LeaseExtendingQueue final : public WorkQueue {
+ public:
+  LeaseExtendingQueue(WorkQueue& inner, double interval_seconds, Logger log);
+  ~LeaseExtendingQueue() override;
+  LeaseExtendingQueue(const LeaseExtendingQueue&) = delete;
+  LeaseExtendingQueue& operator=(const LeaseExtendingQueue&) = delete;
+
+  absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
+    return inner_.Enqueue(stream, request);
+  }
+  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
+                                                  double timeout_seconds) override;
+  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
+    return inner_.ExtendLease(stream, item);
+  }
+  absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
+  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
+                                                           double timeout_seconds) override {
+    return inner_.NextResult(job_id, timeout_seconds);
+  }
+  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
+    return inner_.AckResult(job_id, ack_token);
+  }
+  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  void Close() override;
+
+  // Items whose leases are being extended (for tests).
+  size_t HeldCount();
+
+ private:
+  void Loop();
+
+  WorkQueue& inner_;
+  const double interval_seconds_;
+  Logger log_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::pair<std::string, WorkItem>> held_;  // delivery id -> (stream, item)
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kforge

@@ -1,0 +1,501 @@
+#include "common/queue/redis_queue.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace kforge {
+
+namespace {
+
+constexpr char kWorkers[] = "workers";
+constexpr char kCoordinators[] = "coordinators";
+constexpr double kSliceSeconds = 0.1;  // longest blocking read: Close latency
+
+// Enqueue: KEYS = candidate key, work stream, job hash; ARGV = payload, ttl ms.
+constexpr char kEnqueueScript[] = R"lua(
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local id = redis.call('XADD', KEYS[2], '*', 'req', ARGV[1])
+redis.call('SET', KEYS[1], id, 'PX', ARGV[2])
+redis.call('HSET', KEYS[3], id .. ' ' .. KEYS[2], KEYS[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return 1
+)lua";
+
+// Finish (complete or poison): KEYS = work stream, result stream, candidate key, job hash;
+// ARGV = entry id, result payload, group, delivery count. Only the current delivery acknowledges
+// and frees the candidate; the result is published either way.
+constexpr char kFinishScript[] = R"lua(
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[3], ARGV[1], ARGV[1], 1)
+local current = type(p) == 'table' and p.err == nil and #p == 1 and tostring(p[1][4]) == ARGV[4]
+if current then
+  redis.call('XACK', KEYS[1], ARGV[3], ARGV[1])
+  redis.call('XDEL', KEYS[1], ARGV[1])
+  if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+  redis.call('HDEL', KEYS[4], ARGV[1] .. ' ' .. KEYS[1])
+end
+redis.call('XADD', KEYS[2], '*', 'res', ARGV[2])
+if current then return 1 end
+return 0
+)lua";
+
+// ExtendLease: KEYS = work stream; ARGV = group, entry id, delivery count.
+constexpr char kExtendScript[] = R"lua(
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if type(p) ~= 'table' or p.err ~= nil or #p ~= 1 or tostring(p[1][4]) ~= ARGV[3] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], p[1][2], 0, ARGV[2], 'JUSTID')
+return 1
+)lua";
+
+// PurgeJob: KEYS = job hash, result stream; ARGV = group.
+constexpr char kPurgeScript[] = R"lua(
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local sp = string.find(all[i], ' ', 1, true)
+  local id = string.sub(all[i], 1, sp - 1)
+  local stream = string.sub(all[i], sp + 1)
+  redis.pcall('XACK', stream, ARGV[1], id)
+  redis.call('XDEL', stream, id)
+  if redis.call('GET', all[i + 1]) == id then redis.call('DEL', all[i + 1]) end
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return #all / 2
+)lua";
+
+bool IsNoGroup(const absl::Status& st) {
+  return absl::IsFailedPrecondition(st) && absl::StartsWith(st.message(), "NOGROUP");
+}
+
+std::string Str(const redisReply& r) { return std::string(r.str, r.len); }
+
+int64_t Millis(double seconds) { return std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1000))); }
+
+// "<entry id>/<delivery count>"
+bool ParseDeliveryId(const std::string& delivery_id, std::string* entry_id, int* deliveries) {
+  std::pair<std::string, std::string> parts = absl::StrSplit(delivery_id, absl::MaxSplits('/', 1));
+  *entry_id = parts.first;
+  return !entry_id->empty() && absl::SimpleAtoi(parts.second, deliveries);
+}
+
+// The first entry of an XREADGROUP reply ([[key, [[id, [f, v, ...]], ...]]]), or null.
+const redisReply* FirstReadEntry(const redisReply& r) {
+  if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) return nullptr;
+  const redisReply* stream = r.element[0];
+  if (stream->type != REDIS_REPLY_ARRAY || stream->elements < 2) return nullptr;
+  const redisReply* entries = stream->element[1];
+  if (entries->type != REDIS_REPLY_ARRAY || entries->elements == 0) return nullptr;
+  return entries->element[0];
+}
+
+// An entry [id, [field, value, ...]]: its id and the value of `field` ("" and false if absent).
+bool EntryField(const redisReply& entry, const char* field, std::string* id, std::string* value) {
+  if (entry.type != REDIS_REPLY_ARRAY || entry.elements < 2 || entry.element[0]->type != REDIS_REPLY_STRING) {
+    return false;
+  }
+  *id = Str(*entry.element[0]);
+  const redisReply* fields = entry.element[1];
+  if (fields->type != REDIS_REPLY_ARRAY) return false;
+  for (size_t i = 0; i + 1 < fields->elements; i += 2) {
+    if (fields->element[i]->type == REDIS_REPLY_STRING && Str(*fields->element[i]) == field &&
+        fields->element[i + 1]->type == REDIS_REPLY_STRING) {
+      *value = Str(*fields->element[i + 1]);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void RedisWorkQueue::ReplyDeleter::operator()(redisReply* r) const { freeReplyObject(r); }
+void RedisWorkQueue::ContextDeleter::operator()(redisContext* c) const { redisFree(c); }
+
+absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "redis://")) {
+    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": expected redis://host:port[/db]"));
+  }
+  RedisAddress a;
+  absl::string_view hostport = rest;
+  if (size_t slash = rest.find('/'); slash != absl::string_view::npos) {
+    hostport = rest.substr(0, slash);
+    absl::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && (!absl::SimpleAtoi(db, &a.db) || a.db < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": the database must be a number"));
+    }
+  }
+  const size_t colon = hostport.rfind(':');
+  a.host = std::string(hostport.substr(0, colon));
+  if (colon != absl::string_view::npos &&
+      (!absl::SimpleAtoi(hostport.substr(colon + 1), &a.port) || a.port <= 0 || a.port > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": bad port"));
+  }
+  if (a.host.empty()) return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": no host"));
+  return a;
+}
+
+absl::StatusOr<std::unique_ptr<RedisWorkQueue>> RedisWorkQueue::Connect(const std::string& url,
+                                                                        RedisQueueOptions options, Logger log) {
+  auto address = ParseRedisUrl(url);
+  if (!address.ok()) return address.status();
+  if (!(options.queue.lease_seconds > 0) || options.queue.max_deliveries < 1 ||
+      !(options.queue.result_redelivery_seconds > 0)) {
+    return absl::InvalidArgumentError("queue options: lease and redelivery must be positive, max_deliveries >= 1");
+  }
+  std::unique_ptr<RedisWorkQueue> q(new RedisWorkQueue(*std::move(address), std::move(options), std::move(log)));
+  auto ping = q->Command({"PING"});
+  if (!ping.ok()) return ping.status();
+  return q;
+}
+
+RedisWorkQueue::RedisWorkQueue(RedisAddress address, RedisQueueOptions options, Logger log)
+    : address_(std::move(address)), options_(std::move(options)), log_(std::move(log)) {}
+
+RedisWorkQueue::~RedisWorkQueue() = default;
+
+absl::StatusOr<RedisWorkQueue::Context> RedisWorkQueue::NewConnection() {
+  auto tv = [](double s) {
+    timeval t{};
+    t.tv_sec = static_cast<time_t>(s);
+    t.tv_usec = static_cast<suseconds_t>((s - std::floor(s)) * 1e6);
+    return t;
+  };
+  Context c(redisConnectWithTimeout(address_.host.c_str(), address_.port, tv(2.0)));
+  if (c == nullptr) return absl::UnavailableError("redis: cannot allocate a connection");
+  if (c->err != 0) {
+    return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port, ": ", c->errstr));
+  }
+  redisSetTimeout(c.get(), tv(options_.io_timeout_seconds + kSliceSeconds));
+  if (address_.db != 0) {
+    const std::string db = absl::StrCat(address_.db);
+    Reply r(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %s", db.c_str())));
+    if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+      return absl::UnavailableError(absl::StrCat("redis: SELECT ", db, " failed"));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.reconnect_timeout_seconds);
+  auto backoff = std::chrono::milliseconds(20);
+  std::string last_error;
+  while (true) {
+    Context c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        c = std::move(idle_.back());
+        idle_.pop_back();
+      }
+    }
+    if (c == nullptr) {
+      auto made = NewConnection();
+      if (made.ok()) {
+        c = *std::move(made);
+      } else {
+        last_error = std::string(made.status().message());
+      }
+    }
+    if (c != nullptr) {
+      Reply r(static_cast<redisReply*>(
+          redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
+      if (r != nullptr) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          idle_.push_back(std::move(c));
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+          const std::string msg = Str(*r);
+          if (absl::StartsWith(msg, "NOGROUP")) return absl::FailedPreconditionError(msg);
+          return absl::InternalError(absl::StrCat("redis ", args[0], ": ", msg));
+        }
+        return r;
+      }
+      last_error = absl::StrCat(address_.host, ":", address_.port, ": ", c->errstr);
+      // The connection is broken: drop it, and every idle one (a restarted server broke them all).
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.clear();
+    }
+    if (closed_.load()) return absl::CancelledError(absl::StrCat("queue closed; redis unreachable: ", last_error));
+    if (std::chrono::steady_clock::now() + backoff >= deadline) {
+      return absl::UnavailableError(absl::StrCat("redis unreachable for ", options_.reconnect_timeout_seconds,
+                                                 " s: ", last_error));
+    }
+    log_->warn("redis {} failed ({}); reconnecting", args[0], last_error);
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+absl::Status RedisWorkQueue::EnsureGroup(const std::string& key, const std::string& group) {
+  auto r = Command({"XGROUP", "CREATE", key, group, "0", "MKSTREAM"});
+  if (!r.ok() && !absl::StrContains(r.status().message(), "BUSYGROUP")) return r.status();
+  return absl::OkStatus();
+}
+
+absl::Status RedisWorkQueue::Enqueue(const std::string& stream, const v1::EvaluationRequest& request) {
+  if (closed_.load()) return absl::CancelledError("queue closed");
+  std::string payload;
+  if (!request.SerializeToString(&payload)) return absl::InternalError("cannot serialise the request");
+  auto r = Command({"EVAL", kEnqueueScript, "3", CandidateKeyOf(request), WorkKey(stream), JobKey(request.job_id()),
+                    payload, absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ItemFromEntry(const std::string& key,
+                                                                      const redisReply& entry,
+                                                                      const std::string& consumer,
+                                                                      int deliveries) {
+  std::string id, payload;
+  WorkItem item;
+  if (!EntryField(entry, "req", &id, &payload) || !item.request.ParseFromString(payload)) {
+    // Not ours to evaluate: drop it rather than hand it out forever.
+    log_->error("stream {}: dropping malformed entry {}", key, id);
+    if (!id.empty()) {
+      (void)Command({"XACK", key, kWorkers, id});
+      (void)Command({"XDEL", key, id});
+    }
+    return std::optional<WorkItem>();
+  }
+  item.attempt = deliveries;
+  item.request.set_attempt(deliveries);
+  item.delivery_id = absl::StrCat(id, "/", deliveries);
+  item.consumer = consumer;
+  return std::optional<WorkItem>(std::move(item));
+}
+
+absl::StatusOr<bool> RedisWorkQueue::Finish(const std::string& key, const std::string& entry_id, int deliveries,
+                                            const v1::EvaluationRequest& request,
+                                            const v1::EvaluationResult& result) {
+  std::string payload;
+  if (!result.SerializeToString(&payload)) return absl::InternalError("cannot serialise the result");
+  auto r = Command({"EVAL", kFinishScript, "4", key, ResultKey(result.job_id()), CandidateKeyOf(request),
+                    JobKey(request.job_id()), entry_id, payload, kWorkers, absl::StrCat(deliveries)});
+  if (!r.ok()) return r.status();
+  return (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1;
+}
+
+absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ClaimExpired(const std::string& key,
+                                                                     const std::string& consumer) {
+  std::string cursor = "0-0";
+  while (true) {
+    auto r = Command({"XAUTOCLAIM", key, kWorkers, consumer, absl::StrCat(Millis(options_.queue.lease_seconds)),
+                      cursor, "COUNT", "1"});
+    if (!r.ok()) return r.status();
+    const redisReply& reply = **r;
+    if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 2) return absl::InternalError("redis XAUTOCLAIM: bad reply");
+    cursor = Str(*reply.element[0]);
+    const redisReply& entries = *reply.element[1];
+    if (entries.type == REDIS_REPLY_ARRAY && entries.elements > 0) {
+      const redisReply& entry = *entries.element[0];
+      std::string id, payload;
+      if (entry.type != REDIS_REPLY_ARRAY || entry.elements < 1) continue;
+      id = Str(*entry.element[0]);
+      auto p = Command({"XPENDING", key, kWorkers, id, id, "1"});
+      if (!p.ok()) return p.status();
+      int deliveries = 0;
+      if ((*p)->type == REDIS_REPLY_ARRAY && (*p)->elements == 1 && (*p)->element[0]->elements == 4) {
+        deliveries = static_cast<int>((*p)->element[0]->element[3]->integer);
+      }
+      if (deliveries == 0) continue;  // purged meanwhile
+      auto item = ItemFromEntry(key, entry, consumer, deliveries);
+      if (!item.ok() || !item->has_value()) return item;
+      if (deliveries <= options_.queue.max_deliveries) return item;
+      // Delivered max_deliveries times without a result: end it.
+      const int without_result = deliveries - 1;
+      log_->warn("stream {}: candidate {} delivered {} times without a result; completing it as infra_error", key,
+                 (*item)->request.candidate().id(), without_result);
+      auto done = Finish(key, id, deliveries, (*item)->request, PoisonResult((*item)->request, without_result));
+      if (!done.ok()) return done.status();
+      continue;
+    }
+    if (cursor == "0-0") return std::optional<WorkItem>();
+  }
+}
+
+absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::Dequeue(const std::string& stream,
+                                                                const std::string& consumer,
+                                                                double timeout_seconds) {
+  const std::string key = WorkKey(stream);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_seconds));
+  while (true) {
+    if (closed_.load()) return std::optional<WorkItem>();
+    auto claimed = ClaimExpired(key, consumer);
+    if (IsNoGroup(claimed.status())) {
+      if (absl::Status st = EnsureGroup(key, kWorkers); !st.ok()) return st;
+      continue;
+    }
+    if (!claimed.ok() || claimed->has_value()) return claimed;
+    const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+    std::vector<std::string> args = {"XREADGROUP", "GROUP", kWorkers, consumer, "COUNT", "1"};
+    if (left > 0) {
+      args.insert(args.end(), {"BLOCK", absl::StrCat(Millis(std::min(left, kSliceSeconds)))});
+    }
+    args.insert(args.end(), {"STREAMS", key, ">"});
+    auto r = Command(args);
+    if (IsNoGroup(r.status())) {
+      if (absl::Status st = EnsureGroup(key, kWorkers); !st.ok()) return st;
+      continue;
+    }
+    if (!r.ok()) return r.status();
+    if (const redisReply* entry = FirstReadEntry(**r); entry != nullptr) {
+      auto item = ItemFromEntry(key, *entry, consumer, 1);
+      if (!item.ok() || item->has_value()) return item;
+      continue;
+    }
+    if (left <= 0 || std::chrono::steady_clock::now() >= until) return std::optional<WorkItem>();
+  }
+}
+
+absl::Status RedisWorkQueue::ExtendLease(const std::string& stream, const WorkItem& item) {
+  std::string id;
+  int deliveries = 0;
+  if (!ParseDeliveryId(item.delivery_id, &id, &deliveries)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed delivery id \"", item.delivery_id, "\""));
+  }
+  auto r = Command({"EVAL", kExtendScript, "1", WorkKey(stream), kWorkers, id, absl::StrCat(deliveries)});
+  if (!r.ok()) return r.status();
+  if ((*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
+}
+
+absl::Status RedisWorkQueue::Complete(const std::string& stream, const WorkItem& item,
+                                      const v1::EvaluationResult& result) {
+  std::string id;
+  int deliveries = 0;
+  if (!ParseDeliveryId(item.delivery_id, &id, &deliveries)) {
+    id = "0-0";  // not a delivery of this queue: publish only
+    deliveries = 0;
+  }
+  auto done = Finish(WorkKey(stream), id, deliveries, item.request, result);
+  return done.ok() ? absl::OkStatus() : done.status();
+}
+
+absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::ResultFromReply(const std::string& key,
+                                                                              const redisReply& entry) {
+  std::string id, payload;
+  ResultDelivery d;
+  if (!EntryField(entry, "res", &id, &payload) || !d.result.ParseFromString(payload)) {
+    log_->error("stream {}: dropping malformed result {}", key, id);
+    if (!id.empty()) {
+      (void)Command({"XACK", key, kCoordinators, id});
+      (void)Command({"XDEL", key, id});
+    }
+    return std::optional<ResultDelivery>();
+  }
+  d.ack_token = id;
+  return std::optional<ResultDelivery>(std::move(d));
+}
+
+absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const std::string& job_id,
+                                                                         double timeout_seconds) {
+  const std::string key = ResultKey(job_id);
+  const std::string& me = options_.coordinator;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_seconds));
+  while (true) {
+    if (closed_.load()) return std::optional<ResultDelivery>();
+    // 1. Results an earlier queue with this consumer name read and never acknowledged.
+    std::string cursor;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto [it, fresh] = history_cursor_.try_emplace(job_id, "0");
+      cursor = it->second;
+    }
+    if (!cursor.empty()) {
+      auto r = Command({"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", "1", "STREAMS", key, cursor});
+      if (IsNoGroup(r.status())) {
+        if (absl::Status st = EnsureGroup(key, kCoordinators); !st.ok()) return st;
+        continue;
+      }
+      if (!r.ok()) return r.status();
+      const redisReply* entry = FirstReadEntry(**r);
+      std::string id, unused;
+      const bool got = entry != nullptr && entry->type == REDIS_REPLY_ARRAY && entry->elements >= 1 &&
+                       entry->element[0]->type == REDIS_REPLY_STRING;
+      if (got) id = Str(*entry->element[0]);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        history_cursor_[job_id] = id;  // "" ends the re-reading
+      }
+      if (got) {
+        // Restart its redelivery clock, then hand it out.
+        (void)Command({"XCLAIM", key, kCoordinators, me, "0", id, "JUSTID"});
+        auto d = ResultFromReply(key, *entry);
+        if (!d.ok() || d->has_value()) return d;
+      }
+      continue;
+    }
+    // 2. Results handed out (by any coordinator) and not acknowledged in time.
+    std::string claim_cursor = "0-0";
+    while (true) {
+      auto r = Command({"XAUTOCLAIM", key, kCoordinators, me,
+                        absl::StrCat(Millis(options_.queue.result_redelivery_seconds)), claim_cursor, "COUNT", "1"});
+      if (IsNoGroup(r.status())) break;  // created below
+      if (!r.ok()) return r.status();
+      const redisReply& reply = **r;
+      if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 2) return absl::InternalError("redis XAUTOCLAIM: bad reply");
+      claim_cursor = Str(*reply.element[0]);
+      const redisReply& entries = *reply.element[1];
+      if (entries.type == REDIS_REPLY_ARRAY && entries.elements > 0) {
+        auto d = ResultFromReply(key, *entries.element[0]);
+        if (!d.ok() || d->has_value()) return d;
+      }
+      if (claim_cursor == "0-0") break;
+    }
+    // 3. New results.
+    const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+    std::vector<std::string> args = {"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", "1"};
+    if (left > 0) args.insert(args.end(), {"BLOCK", absl::StrCat(Millis(std::min(left, kSliceSeconds)))});
+    args.insert(args.end(), {"STREAMS", key, ">"});
+    auto r = Command(args);
+    if (IsNoGroup(r.status())) {
+      if (absl::Status st = EnsureGroup(key, kCoordinators); !st.ok()) return st;
+      continue;
+    }
+    if (!r.ok()) return r.status();
+    if (const redisReply* entry = FirstReadEntry(**r); entry != nullptr) {
+      auto d = ResultFromReply(key, *entry);
+      if (!d.ok() || d->has_value()) return d;
+      continue;
+    }
+    if (left <= 0 || std::chrono::steady_clock::now() >= until) return std::optional<ResultDelivery>();
+  }
+}
+
+absl::Status RedisWorkQueue::AckResult(const std::string& job_id, const std::string& ack_token) {
+  const std::string key = ResultKey(job_id);
+  auto r = Command({"XACK", key, kCoordinators, ack_token});
+  if (!r.ok() && !IsNoGroup(r.status())) return r.status();
+  auto d = Command({"XDEL", key, ack_token});
+  return d.ok() ? absl::OkStatus() : d.status();
+}
+
+absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {
+  auto r = Command({"EVAL", kPurgeScript, "2", JobKey(job_id), ResultKey(job_id), kWorkers});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    history_cursor_.erase(job_id);
+  }
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+void RedisWorkQueue::Close() { closed_.store(true); }
+
+}  // namespace kforge

@@ -1,0 +1,119 @@
+#pragma once
+
+// WorkQueue on Redis Streams (the cluster backend). Layout, under a key prefix:
+//   <p>w:<stream>      a work stream per device class; consumer group "workers" (XADD,
+//                      XREADGROUP, XACK). Expired leases are reclaimed with XAUTOCLAIM (min idle =
+//                      the lease); ExtendLease resets the idle time (XCLAIM JUSTID); the delivery
+//                      count (XPENDING) is the attempt and drives the poison rule.
+//   <p>r:<job>         a result stream per job; consumer group "coordinators", read with
+//                      XREADGROUP by the coordinator's consumer name and acknowledged (XACK + XDEL)
+//                      by AckResult; an unacknowledged result is reclaimed (XAUTOCLAIM) after
+//                      result_redelivery_seconds, and a new queue with the same consumer name
+//                      re-reads its pending results first.
+//   <p>c:<candidate>   SET NX (with an expiry): Enqueue's idempotency key while queued or in flight.
+//   <p>j:<job>         a hash of the job's queued entries (for PurgeJob).
+// Multi-key updates run as Lua scripts, so a call retried after a dropped connection is safe.
+// A dropped connection is re-established with backoff; a call that cannot reach Redis within
+// reconnect_timeout_seconds fails as Unavailable. Standalone Redis (the scripts touch keys they
+// do not declare, which Redis Cluster refuses).
+//
+// Thread-safety: every method may be called from any number of threads at once (each call
+// borrows a connection from a pool). Blocking reads wait in slices of at most 100 ms, so Close
+// wakes every waiter promptly.
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/logging.h"
+#include "common/queue/work_queue.h"
+
+struct redisContext;
+struct redisReply;
+
+namespace kforge {
+
+struct RedisQueueOptions {
+  WorkQueueOptions queue;
+  std::string key_prefix = "kforge:";
+  std::string coordinator = "coordinator";     // this process's consumer name for results
+  double reconnect_timeout_seconds = 10;       // then a call fails as Unavailable
+  double io_timeout_seconds = 5;               // one command's socket timeout
+  double candidate_key_ttl_seconds = 7 * 24 * 3600;
+};
+
+// host, port and database of a `redis://host:port[/db]` URL.
+struct RedisAddress {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+};
+[[nodiscard]] absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url);
+
+class RedisWorkQueue final : public WorkQueue {
+ public:
+  // Connects (once, to check the server answers) and returns the queue.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RedisWorkQueue>> Connect(const std::string& url,
+                                                                               RedisQueueOptions options,
+                                                                               Logger log);
+  ~RedisWorkQueue() override;
+  RedisWorkQueue(const RedisWorkQueue&) = delete;
+  RedisWorkQueue& operator=(const RedisWorkQueue&) = delete;
+
+  absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override;
+  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
+                                                  double timeout_seconds) override;
+  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override;
+  absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
+  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
+                                                           double timeout_seconds) override;
+  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
+  absl::Status PurgeJob(const std::string& job_id) override;
+  void Close() override;
+
+ private:
+  struct ReplyDeleter {
+    void operator()(redisReply* r) const;
+  };
+  using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+  struct ContextDeleter {
+    void operator()(redisContext* c) const;
+  };
+  using Context = std::unique_ptr<redisContext, ContextDeleter>;
+
+  RedisWorkQueue(RedisAddress address, RedisQueueOptions options, Logger log);
+
+  absl::StatusOr<Context> NewConnection();
+  // Runs one command, reconnecting with backoff on I/O errors; an error reply is a Status
+  // (NOGROUP ones FailedPrecondition, see IsNoGroup).
+  absl::StatusOr<Reply> Command(const std::vector<std::string>& args);
+  absl::Status EnsureGroup(const std::string& key, const std::string& group);
+  // Claims one expired lease of the stream for `consumer`, poisoning any past max_deliveries.
+  absl::StatusOr<std::optional<WorkItem>> ClaimExpired(const std::string& key, const std::string& consumer);
+  absl::StatusOr<std::optional<WorkItem>> ItemFromEntry(const std::string& key, const redisReply& entry,
+                                                        const std::string& consumer, int deliveries);
+  // Acknowledges (when `deliveries` is the entry's current delivery count) and publishes.
+  absl::StatusOr<bool> Finish(const std::string& key, const std::string& entry_id, int deliveries,
+                              const v1::EvaluationRequest& request, const v1::EvaluationResult& result);
+  absl::StatusOr<std::optional<ResultDelivery>> ResultFromReply(const std::string& key, const redisReply& reply);
+
+  std::string WorkKey(const std::string& stream) const { return options_.key_prefix + "w:" + stream; }
+  std::string ResultKey(const std::string& job_id) const { return options_.key_prefix + "r:" + job_id; }
+  std::string CandidateKeyOf(const v1::EvaluationRequest& r) const { return options_.key_prefix + "c:" + CandidateKey(r); }
+  std::string JobKey(const std::string& job_id) const { return options_.key_prefix + "j:" + job_id; }
+
+  const RedisAddress address_;
+  const RedisQueueOptions options_;
+  Logger log_;
+  std::atomic<bool> closed_{false};
+  std::mutex mu_;
+  std::vector<Context> idle_;                  // the connection pool
+  // Per job: where the re-reading of results left pending by an earlier queue stands ("" once done).
+  std::map<std::string, std::string> history_cursor_;
+};
+
+}  // namespace kforge

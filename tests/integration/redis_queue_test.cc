@@ -1,0 +1,275 @@
+// The WorkQueue contract run against RedisWorkQueue on a real redis-server (leases scaled down to
+// real fractions of a second), and the faults Redis brings: restarts with and without its data,
+// a server that stays away, and a consumer that dies mid-item. Skipped where redis-server is not
+// installed.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/logging.h"
+#include "common/queue/lease_extender.h"
+#include "common/queue/redis_queue.h"
+#include "common/store/memory_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/redis_server.h"
+#include "tests/unit/queue_contract.h"
+
+namespace kforge::testing {
+namespace {
+
+Logger TestLog() { return MakeLogger("redis-queue-test", spdlog::level::err); }
+
+// A server per factory; each NewQueue gets its own key prefix. Contract seconds are kScale real
+// seconds.
+class RedisQueueFactory final : public QueueFactory {
+ public:
+  static constexpr double kScale = 0.03;
+
+  std::unique_ptr<WorkQueue> NewQueue(const WorkQueueOptions& options) override {
+    if (!server_.running() && !server_.Start()) {
+      ADD_FAILURE() << server_.error();
+      return nullptr;
+    }
+    prefix_ = "t" + std::to_string(++queues_) + ":";
+    return NewQueueOnSameBackend(options);
+  }
+  std::unique_ptr<WorkQueue> NewQueueOnSameBackend(const WorkQueueOptions& options) override {
+    RedisQueueOptions ro;
+    ro.queue = options;
+    ro.queue.lease_seconds *= kScale;
+    ro.queue.result_redelivery_seconds *= kScale;
+    ro.key_prefix = prefix_;
+    ro.reconnect_timeout_seconds = 5;
+    auto q = RedisWorkQueue::Connect(server_.url(), ro, TestLog());
+    if (!q.ok()) {
+      ADD_FAILURE() << q.status();
+      return nullptr;
+    }
+    return *std::move(q);
+  }
+  void AdvanceTime(double seconds) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds * kScale));
+  }
+
+ private:
+  RedisServer server_;
+  int queues_ = 0;
+  std::string prefix_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, QueueContractTest,
+                         ::testing::Values(QueueBackend{"Redis",
+                                                        []() -> std::unique_ptr<QueueFactory> {
+                                                          if (!RedisServer::Available()) return nullptr;
+                                                          return std::make_unique<RedisQueueFactory>();
+                                                        }}),
+                         QueueBackendName);
+
+TEST(RedisUrlTest, Parses) {
+  auto a = ParseRedisUrl("redis://127.0.0.1:6380/2");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 6380);
+  EXPECT_EQ(a->db, 2);
+  auto b = ParseRedisUrl("redis://cache");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->host, "cache");
+  EXPECT_EQ(b->port, 6379);
+  EXPECT_EQ(b->db, 0);
+  for (const char* bad : {"cache:6379", "redis://", "redis://h:0", "redis://h:x", "redis://h:1/x", "http://h:1"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseRedisUrl(bad).status())) << bad;
+  }
+}
+
+class RedisQueueFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisServer::Available()) GTEST_SKIP() << RedisServer::kAbsent;
+  }
+  std::unique_ptr<RedisWorkQueue> Connect(const RedisServer& server, double lease, double reconnect = 5) {
+    RedisQueueOptions ro;
+    ro.queue.lease_seconds = lease;
+    ro.queue.result_redelivery_seconds = 60;
+    ro.reconnect_timeout_seconds = reconnect;
+    auto q = RedisWorkQueue::Connect(server.url(), ro, TestLog());
+    EXPECT_TRUE(q.ok()) << q.status();
+    return q.ok() ? *std::move(q) : nullptr;
+  }
+  static std::optional<WorkItem> Take(WorkQueue& q, const std::string& consumer, double timeout = 2.0) {
+    auto item = q.Dequeue("opencl", consumer, timeout);
+    EXPECT_TRUE(item.ok()) << item.status();
+    return item.ok() ? *item : std::nullopt;
+  }
+};
+
+TEST_F(RedisQueueFaultTest, RestartWithItsDataKeepsQueuedPendingAndPublished) {
+  RedisServer server(/*appendonly=*/true);
+  ASSERT_TRUE(server.Start()) << server.error();
+  auto q = Connect(server, /*lease=*/1.0);
+  ASSERT_NE(q, nullptr);
+  for (const char* id : {"r1", "r2", "r3"}) ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", id)).ok());
+  auto in_flight = Take(*q, "w1");  // its worker never finishes
+  ASSERT_TRUE(in_flight.has_value());
+  auto done = Take(*q, "w1");
+  ASSERT_TRUE(done.has_value());
+  ASSERT_TRUE(q->Complete("opencl", *done, ResultFor(*done)).ok());
+
+  ASSERT_TRUE(server.Restart()) << server.error();
+
+  // The same queue object reconnects; the queued item, the published result, the idempotency
+  // keys and the lease all survived.
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r3")).ok());  // still queued: no second copy
+  auto queued = Take(*q, "w2");
+  ASSERT_TRUE(queued.has_value());
+  EXPECT_EQ(queued->request.request_id(), "r3");
+  EXPECT_EQ(queued->attempt, 1);
+  auto result = q->NextResult("j1", 2.0);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->has_value());
+  EXPECT_EQ((*result)->result.request_id(), "r2");
+  ASSERT_TRUE(q->AckResult("j1", (*result)->ack_token).ok());
+  auto again = Take(*q, "w2", 3.0);  // r1 after its lease
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->request.request_id(), "r1");
+  EXPECT_EQ(again->attempt, 2);
+  auto nothing = q->Dequeue("opencl", "w2", 0.2);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_FALSE(nothing->has_value());
+}
+
+TEST_F(RedisQueueFaultTest, RestartWithoutDataReportsWhatItCan) {
+  RedisServer server;
+  ASSERT_TRUE(server.Start()) << server.error();
+  auto q = Connect(server, /*lease=*/1.0);
+  ASSERT_NE(q, nullptr);
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r1")).ok());
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r2")).ok());
+  auto in_flight = Take(*q, "w1");
+  ASSERT_TRUE(in_flight.has_value());
+  auto unread = q->NextResult("j1", 0);  // the result stream and its group exist before the loss
+  ASSERT_TRUE(unread.ok()) << unread.status();
+
+  server.Stop(9);
+  ASSERT_TRUE(server.Start()) << server.error();  // empty
+
+  // The in-flight item's lease is gone; its result is still published and read.
+  EXPECT_TRUE(absl::IsFailedPrecondition(q->ExtendLease("opencl", *in_flight)));
+  ASSERT_TRUE(q->Complete("opencl", *in_flight, ResultFor(*in_flight)).ok());
+  auto r = q->NextResult("j1", 2.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->result.request_id(), "r1");
+  ASSERT_TRUE(q->AckResult("j1", (*r)->ack_token).ok());
+  // The queued item is lost: nothing to deliver, no error.
+  auto none = q->Dequeue("opencl", "w1", 0.3);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  // The coordinator re-dispatches every candidate without an evaluation; enqueue accepts it.
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r2")).ok());
+  auto redispatched = Take(*q, "w1");
+  ASSERT_TRUE(redispatched.has_value());
+  EXPECT_EQ(redispatched->request.request_id(), "r2");
+  EXPECT_TRUE(q->PurgeJob("j1").ok());
+}
+
+TEST_F(RedisQueueFaultTest, ACallWaitsForAServerThatComesBack) {
+  RedisServer server;
+  ASSERT_TRUE(server.Start()) << server.error();
+  auto q = Connect(server, /*lease=*/30, /*reconnect=*/10);
+  ASSERT_NE(q, nullptr);
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r1")).ok());
+  server.Stop();
+  std::thread restarter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(server.Start()) << server.error();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = q->Enqueue("opencl", MakeQueueRequest("j1", "r2"));
+  restarter.join();
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.3);
+  auto item = Take(*q, "w1");
+  ASSERT_TRUE(item.has_value());
+  EXPECT_EQ(item->request.request_id(), "r2");  // r1 was lost with the unsaved data
+}
+
+TEST_F(RedisQueueFaultTest, AServerThatStaysAwayFailsAsUnavailable) {
+  RedisServer server;
+  ASSERT_TRUE(server.Start()) << server.error();
+  auto q = Connect(server, /*lease=*/30, /*reconnect=*/0.5);
+  ASSERT_NE(q, nullptr);
+  server.Stop(9);
+  const auto start = std::chrono::steady_clock::now();
+  auto item = q->Dequeue("opencl", "w1", 5.0);
+  EXPECT_TRUE(absl::IsUnavailable(item.status())) << item.status();
+  EXPECT_TRUE(absl::IsUnavailable(q->Enqueue("opencl", MakeQueueRequest("j1", "r1"))));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_TRUE(absl::IsUnavailable(RedisWorkQueue::Connect(server.url(), {.reconnect_timeout_seconds = 0.2},
+                                                          TestLog()).status()));
+}
+
+TEST_F(RedisQueueFaultTest, AConsumerKilledMidItemLosesItToAnotherAndOneResultIsIngested) {
+  RedisServer server;
+  ASSERT_TRUE(server.Start()) << server.error();
+  constexpr double kLease = 0.6;
+  auto coordinator = Connect(server, kLease);
+  ASSERT_NE(coordinator, nullptr);
+  MemoryStore store;
+  v1::Job job;
+  job.set_id("j1");
+  ASSERT_TRUE(store.CreateJob(job).ok());
+  v1::EvaluationRequest req = MakeQueueRequest("j1", "r1");
+  v1::Candidate cand = req.candidate();
+  cand.set_content_hash("h1");
+  ASSERT_TRUE(store.InsertCandidate(cand).value_or(false));
+  ASSERT_TRUE(coordinator->Enqueue("opencl", req).ok());
+
+  // Worker A: its own connections, extending its lease every lease / 3 while it "evaluates".
+  auto a_queue = Connect(server, kLease);
+  ASSERT_NE(a_queue, nullptr);
+  auto a = std::make_unique<LeaseExtendingQueue>(*a_queue, kLease / 3, TestLog());
+  auto a_item = a->Dequeue("opencl", "worker-a", 2.0);
+  ASSERT_TRUE(a_item.ok() && a_item->has_value());
+  // Worker B finds nothing while A is alive, for several leases.
+  auto b_queue = Connect(server, kLease);
+  ASSERT_NE(b_queue, nullptr);
+  auto none = b_queue->Dequeue("opencl", "worker-b", 3 * kLease);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value()) << "a live worker's extended lease was taken";
+  // A dies mid-item: its extensions and connections stop.
+  a.reset();
+  a_queue.reset();
+  const auto died = std::chrono::steady_clock::now();
+  auto b_item = b_queue->Dequeue("opencl", "worker-b", 5 * kLease);
+  ASSERT_TRUE(b_item.ok()) << b_item.status();
+  ASSERT_TRUE(b_item->has_value());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - died).count(), 2 * kLease + 0.5);
+  EXPECT_EQ((*b_item)->attempt, 2);
+  ASSERT_TRUE(b_queue->Complete("opencl", **b_item, ResultFor(**b_item, 2.0)).ok());
+
+  int delivered = 0, stored = 0;
+  while (true) {
+    auto r = coordinator->NextResult("j1", 0.5);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!r->has_value()) break;
+    ++delivered;
+    auto put = store.PutEvaluation((*r)->result);
+    ASSERT_TRUE(put.ok()) << put.status();
+    stored += *put ? 1 : 0;
+    ASSERT_TRUE(coordinator->AckResult("j1", (*r)->ack_token).ok());
+  }
+  EXPECT_EQ(delivered, 1);
+  EXPECT_EQ(stored, 1);
+  auto evals = store.ListEvaluations("j1");
+  ASSERT_TRUE(evals.ok());
+  EXPECT_EQ(evals->size(), 1u);
+  auto after = b_queue->Dequeue("opencl", "worker-b", 3 * kLease);
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->has_value());
+}
+
+}  // namespace
+}  // namespace kforge::testing
