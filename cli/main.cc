@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   run->add_option("--out", run_args.out_dir, "folder for the best kernel and the reports");
   run->add_flag("--resume", run_args.resume, "continue the latest unfinished job of this problem");
   run->add_option("--job", run_args.job_id, "with --resume: the job to continue");
-  run->add_option("--db", run_args.db, "SQLite database file");
+  run->add_option("--db", run_args.db,
+                  "SQLite database file, or a PostgreSQL database: postgresql://user@host:port/db");
   run->add_option("--target", run_args.target, "stop once this speedup is reached");
   run->add_option("--patience", run_args.patience, "stop after N evaluations without improvement");
   run->add_option("--islands", run_args.islands, "islands of the evolution");

@@ -23,6 +23,7 @@
 #include "common/queue/memory_queue.h"
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
+#include "common/store/postgres_store.h"
 #include "common/store/sqlite_store.h"
 #include "services/coordinator/job_runner.h"
 #include "services/gpu-worker/evaluator.h"
@@ -73,8 +74,21 @@ int RunJob(const RunArgs& args) {
     return BadInput("give a budget: --budget N, --time S, --target X or --patience N");
   }
   if (args.workers < 1 || args.workers > 64) return BadInput("--workers must be between 1 and 64");
-  auto store = SqliteStore::Open(args.db);
-  if (!store.ok()) return BadInput(std::string(store.status().message()));
+  const std::string db_shown = RedactUrlPassword(args.db);
+  // A SQLite file (embedded), or the cluster's PostgreSQL (postgresql://user@host:port/db).
+  absl::StatusOr<std::unique_ptr<Store>> store;
+  if (IsPostgresUrl(args.db)) {
+    auto pg = PostgresStore::Open(args.db);
+    if (!pg.ok()) {
+      std::cerr << "kforge run: " << pg.status().message() << "\n";
+      return absl::IsUnavailable(pg.status()) ? 1 : 2;
+    }
+    store = std::unique_ptr<Store>(*std::move(pg));
+  } else {
+    auto sq = SqliteStore::Open(args.db);
+    if (!sq.ok()) return BadInput(std::string(sq.status().message()));
+    store = std::unique_ptr<Store>(*std::move(sq));
+  }
 
   auto log = MakeLogger("kforge", spdlog::level::warn);
   RealClock clock;
@@ -150,7 +164,7 @@ int RunJob(const RunArgs& args) {
         break;
       }
     }
-    if (job_id.empty()) return BadInput(absl::StrCat("no unfinished job of ", problem->name(), " in ", args.db));
+    if (job_id.empty()) return BadInput(absl::StrCat("no unfinished job of ", problem->name(), " in ", db_shown));
   }
   if (job_id.empty()) {
     v1::JobSpec spec;
@@ -215,7 +229,7 @@ int RunJob(const RunArgs& args) {
     auto stored = (*store)->GetJob(job_id);
     const int64_t budget = stored.ok() ? stored->spec().budget().max_candidates() : args.budget;
     std::cout << (args.resume ? "resuming " : "job ") << job_id << ": " << problem->name() << ", budget "
-              << budget << " evaluations, " << args.workers << " worker(s), db " << args.db << "\n"
+              << budget << " evaluations, " << args.workers << " worker(s), db " << db_shown << "\n"
               << mutator_line << "\n";
   }
   auto progress = [&](const coordinator::Progress& p) {
@@ -259,7 +273,7 @@ int RunJob(const RunArgs& args) {
                                job->state_reason(), job->progress().evaluations(),
                                job->progress().elapsed_seconds(), job->progress().best_speedup(), Counts(counts));
   if (job->state() == v1::JOB_STATE_CANCELLED) {
-    std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << args.db << "\n";
+    std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << db_shown << "\n";
   }
   std::cout << "report: " << args.out_dir << "/report.md\n";
   return job->state() == v1::JOB_STATE_FAILED ? 1 : 0;

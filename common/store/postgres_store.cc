@@ -51,8 +51,9 @@ const char* const kMigrations[] = {
 // Held while migrating: two coordinators starting at once migrate once.
 constexpr int64_t kMigrationLock = 0x6b666f7267650001;
 
-// The URL without a password ("postgresql://user:secret@host" -> "postgresql://user@host").
-std::string WithoutPassword(const std::string& url) {
+}  // namespace
+
+std::string RedactUrlPassword(const std::string& url) {
   const size_t scheme = url.find("://");
   const size_t at = url.find('@');
   if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
@@ -60,6 +61,8 @@ std::string WithoutPassword(const std::string& url) {
   if (colon == std::string::npos || colon > at) return url;
   return url.substr(0, colon) + url.substr(at);
 }
+
+namespace {
 
 std::string Bytes(const pqxx::field& f) { return pqxx::binarystring(f).str(); }
 
@@ -100,7 +103,7 @@ struct PostgresStore::Conn {
 int PostgresStore::LatestSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
 
 PostgresStore::PostgresStore(std::string url, PostgresOptions options)
-    : url_(std::move(url)), display_(WithoutPassword(url_)), options_(options) {}
+    : url_(std::move(url)), display_(RedactUrlPassword(url_)), options_(options) {}
 
 PostgresStore::~PostgresStore() = default;
 
@@ -147,8 +150,9 @@ void PostgresStore::Give(std::unique_ptr<Conn> c) {
 }
 
 template <typename T, typename Fn>
-absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.reconnect_seconds);
+absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn, double window_seconds) {
+  const double window = window_seconds >= 0 ? window_seconds : options_.reconnect_seconds;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(window);
   double backoff = 0.05;
   absl::Status last;
   for (int attempt = 1;; ++attempt) {
@@ -224,7 +228,7 @@ absl::Status PostgresStore::Migrate() {
       w.exec_params("UPDATE schema_version SET version = $1", version + 1);
     }
     return version;
-  });
+  }, options_.connect_seconds);
   return r.status();
 }
 

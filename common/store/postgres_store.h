@@ -23,6 +23,8 @@ struct PostgresOptions {
   // A broken connection is reopened with backoff for up to this long before a call fails
   // (Unavailable).
   double reconnect_seconds = 30;
+  // Open gives up sooner: a server that is not there at start is a configuration error.
+  double connect_seconds = 5;
 };
 
 class PostgresStore final : public Store {
@@ -55,7 +57,7 @@ class PostgresStore final : public Store {
   // Runs `fn` on a pooled connection inside a transaction, reconnecting and retrying when the
   // connection breaks; `fn` returns its result or throws what libpqxx throws.
   template <typename T, typename Fn>
-  absl::StatusOr<T> WithTransaction(const char* what, Fn fn);
+  absl::StatusOr<T> WithTransaction(const char* what, Fn fn, double window_seconds = -1);
 
   std::unique_ptr<Conn> Take(absl::Status* error);
   void Give(std::unique_ptr<Conn> c);
@@ -71,5 +73,8 @@ class PostgresStore final : public Store {
 
 // Whether a --db value names a PostgreSQL database rather than a SQLite file.
 bool IsPostgresUrl(const std::string& db);
+
+// The URL without its password ("postgresql://u:secret@h/db" -> "postgresql://u@h/db"), for logs.
+std::string RedactUrlPassword(const std::string& url);
 
 }  // namespace kforge

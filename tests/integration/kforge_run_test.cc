@@ -21,11 +21,14 @@
 #include "common/launch.h"
 #include "common/logging.h"
 #include "common/queue/redis_queue.h"
+#include "common/store/postgres_store.h"
 #include "common/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/replay_fixture.h"
+#include "tests/testutil/background_process.h"
+#include "tests/testutil/postgres_server.h"
 #include "tests/testutil/redis_server.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
@@ -37,6 +40,8 @@ namespace fs = std::filesystem;
 
 using ::kforge::testing::BinaryDir;
 using ::kforge::testing::RunProgram;
+using ::kforge::testing::FreePort;
+using ::kforge::testing::PostgresServer;
 using ::kforge::testing::RedisServer;
 using ::kforge::testing::RunResult;
 using ::kforge::testing::SourceDir;
@@ -60,7 +65,7 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(ReadFile(path), nullptr, /*allow_exceptions=*/false);
 }
 
-std::vector<v1::Job> Jobs(SqliteStore& store) {
+std::vector<v1::Job> Jobs(Store& store) {
   auto jobs = store.ListJobs({});
   EXPECT_TRUE(jobs.ok()) << jobs.status();
   return jobs.ok() ? *jobs : std::vector<v1::Job>{};
@@ -68,7 +73,7 @@ std::vector<v1::Job> Jobs(SqliteStore& store) {
 
 // Every candidate of the job has exactly one evaluation (when `finished`), no two candidates
 // share a content hash or params, and sequences are 0..n-1.
-void ExpectStoredJobConsistent(SqliteStore& store, const std::string& job_id, bool finished) {
+void ExpectStoredJobConsistent(Store& store, const std::string& job_id, bool finished) {
   auto cands = store.ListCandidates(job_id);
   auto evals = store.ListEvaluations(job_id);
   ASSERT_TRUE(cands.ok()) << cands.status();
@@ -523,6 +528,43 @@ TEST(KforgeRunTest, ReplayProblemThroughARedisQueue) {
                                         "http://127.0.0.1:1", "--db", db});
   EXPECT_EQ(bad.exit_code, 2) << Describe(bad);
   EXPECT_THAT(bad.err, HasSubstr("redis://host:port"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f) The cluster backends together: PostgreSQL for the store, Redis Streams for the work; a
+// second run resumes nothing and the database holds exactly one evaluation per candidate.
+
+TEST(KforgeRunTest, ReplayProblemOnPostgresAndRedis) {
+  if (!RedisServer::Available()) GTEST_SKIP() << RedisServer::kAbsent;
+  if (PostgresServer::BinDir().empty()) GTEST_SKIP() << "PostgreSQL is not installed";
+  RedisServer redis;
+  ASSERT_TRUE(redis.Start()) << redis.error();
+  PostgresServer pg;
+  ASSERT_TRUE(pg.Start().ok());
+  ASSERT_TRUE(pg.Sql("CREATE DATABASE kforge").ok());
+  TempDir dir;
+  RunResult r = RunProgram(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "20", "--db",
+                                      pg.Url("kforge"), "--queue", redis.url(), "--out", dir.path() + "/out",
+                                      "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  auto store = PostgresStore::Open(pg.Url("kforge"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<v1::Job> jobs = Jobs(**store);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].state(), v1::JOB_STATE_COMPLETED);
+  ExpectStoredJobConsistent(**store, jobs[0].id(), /*finished=*/true);
+  auto cands = (*store)->ListCandidates(jobs[0].id());
+  auto evals = (*store)->ListEvaluations(jobs[0].id());
+  ASSERT_TRUE(cands.ok() && evals.ok());
+  EXPECT_EQ(evals->size(), 20u);
+  std::set<std::string> evaluated;
+  for (const auto& e : *evals) EXPECT_TRUE(evaluated.insert(e.candidate_id()).second) << e.candidate_id();
+  // A database that is not there: one clear line, exit 1, no password echoed.
+  RunResult bad = RunProgram(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "5", "--db",
+                                        absl::StrCat("postgresql://kforge:hunter2@127.0.0.1:", FreePort(), "/x"),
+                                        "--out", dir.path() + "/out2", "--quiet"});
+  EXPECT_NE(bad.exit_code, 0) << Describe(bad);
+  EXPECT_EQ(bad.err.find("hunter2"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ TEST(PostgresStoreTest, ConcurrentOpensMigrateOnce) {
 TEST(PostgresStoreTest, AnUnreachableServerIsAClearErrorWithoutThePassword) {
   const int port = FreePort();
   auto s = PostgresStore::Open(absl::StrCat("postgresql://kforge:hunter2@127.0.0.1:", port, "/x"),
-                               PostgresOptions{.pool_size = 1, .reconnect_seconds = 0.5});
+                               PostgresOptions{.pool_size = 1, .reconnect_seconds = 0.5, .connect_seconds = 0.5});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable) << s.status();
   EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("127.0.0.1"));
