@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/store/record.h"
 
 namespace kforge {
 
@@ -67,18 +68,11 @@ namespace {
 std::string Bytes(const pqxx::field& f) { return pqxx::binarystring(f).str(); }
 
 template <typename Msg>
-absl::StatusOr<Msg> Parse(const std::string& bytes, const char* what) {
-  Msg m;
-  if (!m.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat("corrupt ", what, " record"));
-  return m;
-}
-
-template <typename Msg>
 absl::StatusOr<std::vector<Msg>> ParseRows(const pqxx::result& r, const char* what) {
   std::vector<Msg> out;
   out.reserve(r.size());
   for (const auto& row : r) {
-    auto m = Parse<Msg>(Bytes(row[0]), what);
+    auto m = ParseRecord<Msg>(Bytes(row[0]), what);
     if (!m.ok()) return m.status();
     out.push_back(*std::move(m));
   }
@@ -254,7 +248,7 @@ absl::StatusOr<v1::Job> PostgresStore::GetJob(const std::string& job_id) {
   return WithTransaction<v1::Job>("get job", [&](pqxx::work& w, int) -> absl::StatusOr<v1::Job> {
     pqxx::result r = w.exec_params("SELECT body FROM jobs WHERE id = $1", job_id);
     if (r.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-    return Parse<v1::Job>(Bytes(r[0][0]), "job");
+    return ParseRecord<v1::Job>(Bytes(r[0][0]), "job");
   });
 }
 
@@ -370,7 +364,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> PostgresStore::ListEvents(const std::s
             job_id, from, limit);
         std::vector<v1::JobEvent> out;
         for (const auto& row : r) {
-          auto e = Parse<v1::JobEvent>(Bytes(row[0]), "event");
+          auto e = ParseRecord<v1::JobEvent>(Bytes(row[0]), "event");
           if (!e.ok()) return e.status();
           e->set_sequence(row[1].as<int64_t>());
           out.push_back(*std::move(e));

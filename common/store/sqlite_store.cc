@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/store/record.h"
 #include "absl/strings/str_join.h"
 
 namespace kforge {
@@ -86,20 +87,13 @@ class Stmt {
   int rc_;
 };
 
-template <typename Msg>
-absl::StatusOr<Msg> Parse(const std::string& bytes, const char* what) {
-  Msg m;
-  if (!m.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat("corrupt ", what, " record"));
-  return m;
-}
-
 // Steps a query whose first column is a serialised Msg and parses every row.
 template <typename Msg>
 absl::StatusOr<std::vector<Msg>> CollectRows(Stmt& s, const char* what, sqlite3* db, const std::string& path) {
   std::vector<Msg> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
-    auto m = Parse<Msg>(s.ColumnBlob(0), what);
+    auto m = ParseRecord<Msg>(s.ColumnBlob(0), what);
     if (!m.ok()) return m.status();
     out.push_back(*std::move(m));
   }
@@ -242,7 +236,7 @@ absl::StatusOr<v1::Job> SqliteStore::GetJob(const std::string& id) {
   const int rc = s.Step();
   if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", id));
   if (rc != SQLITE_ROW) return Error("get job");
-  return Parse<v1::Job>(s.ColumnBlob(0), "job");
+  return ParseRecord<v1::Job>(s.ColumnBlob(0), "job");
 }
 
 absl::Status SqliteStore::UpdateJob(const v1::Job& job) {
@@ -335,7 +329,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteStore::ListEvents(const std::str
   std::vector<v1::JobEvent> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
-    auto e = Parse<v1::JobEvent>(s.ColumnBlob(0), "event");
+    auto e = ParseRecord<v1::JobEvent>(s.ColumnBlob(0), "event");
     if (!e.ok()) return e.status();
     e->set_sequence(s.ColumnInt(1));
     out.push_back(*std::move(e));
