@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -22,6 +23,14 @@
 
 namespace kforge::llm {
 namespace {
+
+// kforge-llm-proxy on free loopback ports, its config in `dir`.
+std::unique_ptr<testing::BackgroundProcess> StartProxy(const testing::TempDir& dir) {
+  return std::make_unique<testing::BackgroundProcess>(
+      testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
+      std::vector<std::string>{"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
+                                                                   "metrics_listen: \"127.0.0.1:0\"}\n")});
+}
 
 // Reads the "listening grpc=P metrics=M" line a service prints once it serves.
 void WaitForPorts(testing::BackgroundProcess& proc, int* grpc_port) {
@@ -65,11 +74,9 @@ TEST(LlmProxyServiceTest, RemoteMutationsHonourTheSeenHashes) {
 
 TEST(LlmProxyServiceTest, KforgeRunAgainstARunningProxy) {
   testing::TempDir dir;
-  testing::BackgroundProcess proxy(testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
-                                   {"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
-                                                                        "metrics_listen: \"127.0.0.1:0\"}\n")});
+  std::unique_ptr<testing::BackgroundProcess> proxy = StartProxy(dir);
   int grpc_port = 0;
-  ASSERT_NO_FATAL_FAILURE(WaitForPorts(proxy, &grpc_port));
+  ASSERT_NO_FATAL_FAILURE(WaitForPorts(*proxy, &grpc_port));
   auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
                                {"run", testing::SourceDir() + "/examples/replay/pnpoly", "--budget", "15", "--llm-proxy",
                                 "127.0.0.1:" + std::to_string(grpc_port), "--db", dir.path() + "/k.db", "--out",
@@ -81,11 +88,9 @@ TEST(LlmProxyServiceTest, KforgeRunAgainstARunningProxy) {
 
 TEST(LlmProxyServiceTest, SigtermStopsTheProxyWhileACallIsUnderWay) {
   testing::TempDir dir;
-  testing::BackgroundProcess proxy(testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
-                                   {"--config", dir.Write("proxy.yaml", "server: {listen: \"127.0.0.1:0\", "
-                                                                        "metrics_listen: \"127.0.0.1:0\"}\n")});
+  std::unique_ptr<testing::BackgroundProcess> proxy = StartProxy(dir);
   int grpc_port = 0;
-  ASSERT_NO_FATAL_FAILURE(WaitForPorts(proxy, &grpc_port));
+  ASSERT_NO_FATAL_FAILURE(WaitForPorts(*proxy, &grpc_port));
 
   // Calls that run for seconds each: 4.1M points to scan under a constraint nothing meets.
   auto problem = LoadProblem(testing::SourceDir() + "/examples/opencl/matmul");
@@ -120,10 +125,10 @@ TEST(LlmProxyServiceTest, SigtermStopsTheProxyWhileACallIsUnderWay) {
     EXPECT_EQ(c.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout) << "a call ended early";
   }
 
-  const pid_t pid = proxy.pid();
+  const pid_t pid = proxy->pid();
   const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(pid, SIGTERM), 0);
-  auto exited = std::async(std::launch::async, [&] { return proxy.Wait(); });
+  auto exited = std::async(std::launch::async, [&] { return proxy->Wait(); });
   if (exited.wait_for(std::chrono::seconds(3)) != std::future_status::ready) {
     ADD_FAILURE() << "the proxy still runs 3 s after SIGTERM";
     kill(pid, SIGKILL);
