@@ -41,6 +41,7 @@ class LeaseExtendingQueue final : public WorkQueue {
     return inner_.AckResult(job_id, ack_token);
   }
   absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  int64_t DataLosses() override { return inner_.DataLosses(); }
   void Close() override;
 
   // Items whose leases are being extended (for tests).

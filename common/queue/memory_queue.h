@@ -28,6 +28,7 @@ class MemoryWorkQueue final : public WorkQueue {
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   absl::Status PurgeJob(const std::string& job_id) override;
+  int64_t DataLosses() override { return 0; }
   void Close() override;
 
   // Entries delivered but not completed, over all streams (for tests and metrics).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -183,7 +184,35 @@ absl::StatusOr<RedisWorkQueue::Context> RedisWorkQueue::NewConnection() {
       return absl::UnavailableError(absl::StrCat("redis: SELECT ", db, " failed"));
     }
   }
+  // Every new connection (the first, and each after a broken one) reads the server's epoch
+  // marker, a random value set once: a server that answers without ours lost its data.
+  const std::string key = options_.key_prefix + "epoch";
+  std::random_device rd;
+  const std::string fresh = absl::StrCat(absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8),
+                                         absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8));
+  Reply set(static_cast<redisReply*>(redisCommand(c.get(), "SET %b %b NX", key.data(), key.size(), fresh.data(),
+                                                  fresh.size())));
+  Reply get(static_cast<redisReply*>(redisCommand(c.get(), "GET %b", key.data(), key.size())));
+  if (set == nullptr || get == nullptr || get->type != REDIS_REPLY_STRING) {
+    return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port,
+                                               ": cannot read the epoch marker"));
+  }
+  const std::string epoch(get->str, get->len);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch_.empty()) {
+    epoch_ = epoch;
+  } else if (epoch != epoch_) {
+    epoch_ = epoch;
+    ++data_losses_;
+    log_->warn("redis at {}:{} came back without its data (epoch marker changed): queued work and unread results "
+               "are gone", address_.host, address_.port);
+  }
   return c;
+}
+
+int64_t RedisWorkQueue::DataLosses() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return data_losses_;
 }
 
 absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<std::string>& args) {

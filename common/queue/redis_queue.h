@@ -12,6 +12,8 @@
 //                      re-reads its pending results first.
 //   <p>c:<candidate>   SET NX (with an expiry): Enqueue's idempotency key while queued or in flight.
 //   <p>j:<job>         a hash of the job's queued entries (for PurgeJob).
+//   <p>epoch           a random marker set once; a server that comes back without it restarted
+//                      without its data (DataLosses counts those).
 // Multi-key updates run as Lua scripts, so a call retried after a dropped connection is safe.
 // A dropped connection is re-established with backoff; a call that cannot reach Redis within
 // reconnect_timeout_seconds fails as Unavailable. Standalone Redis (the scripts touch keys they
@@ -73,6 +75,7 @@ class RedisWorkQueue final : public WorkQueue {
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   absl::Status PurgeJob(const std::string& job_id) override;
+  int64_t DataLosses() override;
   void Close() override;
 
  private:
@@ -112,6 +115,8 @@ class RedisWorkQueue final : public WorkQueue {
   std::atomic<bool> closed_{false};
   std::mutex mu_;
   std::vector<Context> idle_;                  // the connection pool
+  std::string epoch_;                          // the server's epoch marker as last seen
+  int64_t data_losses_ = 0;
   // Per job: where the re-reading of results left pending by an earlier queue stands ("" once done).
   std::map<std::string, std::string> history_cursor_;
 };

@@ -12,6 +12,7 @@
 // Backends: in-process (embedded), Redis Streams (cluster); one contract test suite runs against
 // each.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -67,6 +68,11 @@ class WorkQueue {
   // Cancel: drops the job's queued and in-flight items (a later Complete of an in-flight one still
   // publishes its result) and its undelivered results.
   [[nodiscard]] virtual absl::Status PurgeJob(const std::string& job_id) = 0;
+  // How many times this queue found that its backend lost what it held (a Redis that restarted
+  // without its data): queued items, leases and unread results are gone. A coordinator that sees
+  // the count grow dispatches again every candidate that has no evaluation (Enqueue accepts them:
+  // their idempotency keys went too). 0 for a queue that cannot lose data.
+  [[nodiscard]] virtual int64_t DataLosses() = 0;
   // Wakes every waiter; later calls return at once.
   virtual void Close() = 0;
 };

@@ -3,40 +3,87 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/store/record.h"
 
 namespace kforge {
 
-absl::Status MemoryStore::CreateJob(const v1::Job& job) {
+namespace {
+
+std::chrono::steady_clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Entries with sequence >= from, at most limit.
+template <typename T>
+std::vector<T> FromSequence(const std::vector<T>& all, int64_t from, int limit) {
+  std::vector<T> out;
+  for (const auto& e : all) {
+    if (static_cast<int>(out.size()) >= limit) break;
+    if (e.sequence() >= from) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryStore::JobData*> MemoryStore::Writable(const std::string& job_id, int64_t fence) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NoJobError(job_id);
+  if (fence != kNoFence && fence != it->second.lease_token) {
+    return StaleFenceError(job_id, fence, it->second.lease_token);
+  }
+  return &it->second;
+}
+
+absl::StatusOr<v1::Job> MemoryStore::CreateJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   if (jobs_.contains(job.id())) return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " exists"));
+  if (!job.idempotency_key().empty()) {
+    for (const auto& [id, d] : jobs_) {
+      if (d.job.idempotency_key() == job.idempotency_key() && d.job.spec().tenant() == job.spec().tenant()) {
+        return d.job;
+      }
+    }
+  }
   JobData& d = jobs_[job.id()];
   d.job = job;
+  d.job.set_version(1);
   d.created_order = next_order_++;
-  return absl::OkStatus();
+  return d.job;
 }
 
 absl::StatusOr<v1::Job> MemoryStore::GetJob(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (it == jobs_.end()) return NoJobError(id);
   return it->second.job;
 }
 
-absl::Status MemoryStore::UpdateJob(const v1::Job& job) {
+absl::StatusOr<int64_t> MemoryStore::UpdateJob(const v1::Job& job, int64_t fence) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job.id());
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", job.id()));
-  it->second.job = job;
-  return absl::OkStatus();
+  absl::StatusOr<JobData*> d = Writable(job.id(), fence);
+  if (!d.ok()) return d.status();
+  const int64_t stored = (*d)->job.version();
+  if (job.version() != stored) return VersionConflictError(job.id(), job.version(), stored);
+  (*d)->job = job;
+  (*d)->job.set_version(stored + 1);
+  return stored + 1;
 }
 
 absl::StatusOr<std::vector<v1::Job>> MemoryStore::ListJobs(const JobQuery& q) {
   std::lock_guard<std::mutex> lock(mu_);
+  int64_t before = INT64_MAX;
+  if (!q.after_job_id.empty()) {
+    auto it = jobs_.find(q.after_job_id);
+    if (it == jobs_.end()) return std::vector<v1::Job>{};
+    before = it->second.created_order;
+  }
   std::vector<const JobData*> found;
   for (const auto& [id, d] : jobs_) {
     if (!q.tenant.empty() && d.job.spec().tenant() != q.tenant) continue;
     if (!q.problem_hash.empty() && d.job.spec().problem().content_hash() != q.problem_hash) continue;
     if (q.state != v1::JOB_STATE_UNSPECIFIED && d.job.state() != q.state) continue;
+    if (d.created_order >= before) continue;
     found.push_back(&d);
   }
   std::sort(found.begin(), found.end(), [](auto* a, auto* b) { return a->created_order > b->created_order; });
@@ -48,11 +95,47 @@ absl::StatusOr<std::vector<v1::Job>> MemoryStore::ListJobs(const JobQuery& q) {
   return out;
 }
 
-absl::StatusOr<bool> MemoryStore::InsertCandidate(const v1::Candidate& c) {
+absl::StatusOr<JobLease> MemoryStore::ClaimJob(const std::string& job_id, const std::string& owner,
+                                               double lease_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(c.job_id());
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", c.job_id()));
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NoJobError(job_id);
   JobData& d = it->second;
+  const auto now = std::chrono::steady_clock::now();
+  const bool live = !d.lease_owner.empty() && d.lease_expires > now;
+  if (live && d.lease_owner != owner) return LeaseHeldError(job_id, d.lease_owner);
+  if (d.lease_owner != owner) ++d.lease_token;
+  d.lease_owner = owner;
+  d.lease_expires = now + Seconds(lease_seconds);
+  return JobLease{owner, d.lease_token};
+}
+
+absl::Status MemoryStore::RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NoJobError(job_id);
+  JobData& d = it->second;
+  if (d.lease_owner != lease.owner || d.lease_token != lease.token) return LeaseLostError(job_id, lease.token);
+  d.lease_expires = std::chrono::steady_clock::now() + Seconds(lease_seconds);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::ReleaseJob(const std::string& job_id, const JobLease& lease) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NoJobError(job_id);
+  JobData& d = it->second;
+  if (d.lease_owner != lease.owner || d.lease_token != lease.token) return LeaseLostError(job_id, lease.token);
+  d.lease_owner.clear();
+  d.lease_expires = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> MemoryStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<JobData*> w = Writable(c.job_id(), fence);
+  if (!w.ok()) return w.status();
+  JobData& d = **w;
   if (d.by_hash.contains(c.content_hash()) || d.by_id.contains(c.id())) return false;
   d.by_hash[c.content_hash()] = d.candidates.size();
   d.by_id[c.id()] = d.candidates.size();
@@ -63,27 +146,35 @@ absl::StatusOr<bool> MemoryStore::InsertCandidate(const v1::Candidate& c) {
 absl::StatusOr<std::vector<v1::Candidate>> MemoryStore::ListCandidates(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (it == jobs_.end()) return NoJobError(job_id);
   auto out = it->second.candidates;
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.sequence() < b.sequence(); });
   return out;
 }
 
-absl::StatusOr<bool> MemoryStore::PutEvaluation(const v1::EvaluationResult& r) {
+absl::StatusOr<std::vector<PutOutcome>> MemoryStore::PutEvaluations(const std::string& job_id,
+                                                                    const std::vector<v1::EvaluationResult>& results,
+                                                                    int64_t fence) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(r.job_id());
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", r.job_id()));
-  JobData& d = it->second;
-  if (!d.by_id.contains(r.candidate_id())) {
-    return absl::NotFoundError(absl::StrCat("no candidate ", r.candidate_id(), " in job ", r.job_id()));
+  absl::StatusOr<JobData*> w = Writable(job_id, fence);
+  if (!w.ok()) return w.status();
+  JobData& d = **w;
+  std::vector<PutOutcome> out;
+  out.reserve(results.size());
+  for (const auto& r : results) {
+    if (r.job_id() != job_id || !d.by_id.contains(r.candidate_id())) {
+      out.push_back(PutOutcome::kUnknownCandidate);
+    } else {
+      out.push_back(d.evaluations.emplace(r.candidate_id(), r).second ? PutOutcome::kStored : PutOutcome::kDuplicate);
+    }
   }
-  return d.evaluations.emplace(r.candidate_id(), r).second;
+  return out;
 }
 
 absl::StatusOr<std::vector<v1::EvaluationResult>> MemoryStore::ListEvaluations(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (it == jobs_.end()) return NoJobError(job_id);
   std::vector<v1::EvaluationResult> out;
   // In candidate sequence order, like the SQL backends.
   std::vector<const v1::Candidate*> cands;
@@ -96,13 +187,13 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> MemoryStore::ListEvaluations(c
   return out;
 }
 
-absl::StatusOr<int64_t> MemoryStore::AppendEvent(v1::JobEvent event) {
+absl::StatusOr<int64_t> MemoryStore::AppendEvent(v1::JobEvent event, int64_t fence) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(event.job_id());
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", event.job_id()));
-  const int64_t seq = static_cast<int64_t>(it->second.events.size()) + 1;
+  absl::StatusOr<JobData*> w = Writable(event.job_id(), fence);
+  if (!w.ok()) return w.status();
+  const int64_t seq = static_cast<int64_t>((*w)->events.size()) + 1;
   event.set_sequence(seq);
-  it->second.events.push_back(std::move(event));
+  (*w)->events.push_back(std::move(event));
   return seq;
 }
 
@@ -110,12 +201,94 @@ absl::StatusOr<std::vector<v1::JobEvent>> MemoryStore::ListEvents(const std::str
                                                                   int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-  std::vector<v1::JobEvent> out;
-  for (const auto& e : it->second.events) {
-    if (e.sequence() >= from && static_cast<int>(out.size()) < limit) out.push_back(e);
+  if (it == jobs_.end()) return NoJobError(job_id);
+  return FromSequence(it->second.events, from, limit);
+}
+
+absl::StatusOr<int64_t> MemoryStore::AppendModelCall(v1::ModelCall call, int64_t fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<JobData*> w = Writable(call.job_id(), fence);
+  if (!w.ok()) return w.status();
+  const int64_t seq = static_cast<int64_t>((*w)->model_calls.size()) + 1;
+  call.set_sequence(seq);
+  (*w)->model_calls.push_back(std::move(call));
+  return seq;
+}
+
+absl::StatusOr<std::vector<v1::ModelCall>> MemoryStore::ListModelCalls(const std::string& job_id, int64_t from,
+                                                                       int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NoJobError(job_id);
+  return FromSequence(it->second.model_calls, from, limit);
+}
+
+absl::Status MemoryStore::CreateTenant(const v1::Tenant& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!tenants_.emplace(tenant.name(), tenant).second) {
+    return absl::AlreadyExistsError(absl::StrCat("tenant ", tenant.name(), " exists"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Tenant> MemoryStore::GetTenant(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(name);
+  if (it == tenants_.end()) return NoTenantError(name);
+  return it->second;
+}
+
+absl::Status MemoryStore::UpdateTenant(const v1::Tenant& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(tenant.name());
+  if (it == tenants_.end()) return NoTenantError(tenant.name());
+  it->second.set_display_name(tenant.display_name());
+  *it->second.mutable_quota() = tenant.quota();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Tenant>> MemoryStore::ListTenants() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Tenant> out;
+  for (const auto& [name, t] : tenants_) out.push_back(t);
+  return out;
+}
+
+absl::Status MemoryStore::CreateApiKey(const v1::ApiKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!tenants_.contains(key.tenant())) return NoTenantError(key.tenant());
+  for (const auto& [id, k] : keys_) {
+    if (id == key.id() || k.secret_sha256() == key.secret_sha256()) {
+      return absl::AlreadyExistsError(absl::StrCat("api key ", key.id(), " exists"));
+    }
+  }
+  keys_[key.id()] = key;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ApiKey> MemoryStore::FindApiKey(const std::string& secret_sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, k] : keys_) {
+    if (k.secret_sha256() == secret_sha256 && !k.revoked()) return k;
+  }
+  return absl::NotFoundError("no such api key");
+}
+
+absl::StatusOr<std::vector<v1::ApiKey>> MemoryStore::ListApiKeys(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::ApiKey> out;
+  for (const auto& [id, k] : keys_) {
+    if (k.tenant() == tenant) out.push_back(k);
   }
   return out;
+}
+
+absl::Status MemoryStore::RevokeApiKey(const std::string& key_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = keys_.find(key_id);
+  if (it == keys_.end()) return absl::NotFoundError(absl::StrCat("no api key ", key_id));
+  it->second.set_revoked(true);
+  return absl::OkStatus();
 }
 
 }  // namespace kforge

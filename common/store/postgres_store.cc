@@ -1,12 +1,15 @@
 #include "common/store/postgres_store.h"
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include <pqxx/pqxx>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/store/record.h"
 
 namespace kforge {
@@ -47,6 +50,28 @@ const char* const kMigrations[] = {
          sequence BIGINT NOT NULL,
          body BYTEA NOT NULL,
          PRIMARY KEY (job_id, sequence));)",
+    // Job versions, leases and submit idempotency; model calls; tenants and API keys.
+    R"(ALTER TABLE jobs ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
+       ALTER TABLE jobs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
+       ALTER TABLE jobs ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
+       ALTER TABLE jobs ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0;
+       ALTER TABLE jobs ADD COLUMN lease_expires TIMESTAMPTZ NOT NULL DEFAULT 'epoch';
+       CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key) WHERE idempotency_key <> '';
+       CREATE TABLE model_calls (
+         job_id TEXT NOT NULL REFERENCES jobs(id),
+         sequence BIGINT NOT NULL,
+         body BYTEA NOT NULL,
+         PRIMARY KEY (job_id, sequence));
+       CREATE TABLE tenants (
+         name TEXT PRIMARY KEY,
+         body BYTEA NOT NULL);
+       CREATE TABLE api_keys (
+         id TEXT PRIMARY KEY,
+         tenant TEXT NOT NULL REFERENCES tenants(name),
+         secret_sha256 TEXT NOT NULL UNIQUE,
+         revoked BOOLEAN NOT NULL DEFAULT false,
+         body BYTEA NOT NULL);
+       CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
 };
 
 // Held while migrating: two coordinators starting at once migrate once.
@@ -82,6 +107,40 @@ absl::StatusOr<std::vector<Msg>> ParseRows(const pqxx::result& r, const char* wh
 bool JobExists(pqxx::work& w, const std::string& job_id) {
   return !w.exec_params("SELECT 1 FROM jobs WHERE id = $1", job_id).empty();
 }
+
+// NotFound for an unknown job, FailedPrecondition for a stale fence. The row lock makes a takeover
+// wait for the writes already checked: shared, so that many writers of one job's rows proceed
+// together, or exclusive for a transaction that will update the job's row itself (two shared
+// holders upgrading would deadlock).
+absl::Status CheckWritable(pqxx::work& w, const std::string& job_id, int64_t fence, bool updates_job = false) {
+  pqxx::result r = w.exec_params(updates_job ? "SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE"
+                                             : "SELECT lease_token FROM jobs WHERE id = $1 FOR SHARE",
+                                 job_id);
+  if (r.empty()) return NoJobError(job_id);
+  const int64_t current = r[0][0].as<int64_t>();
+  if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
+  return absl::OkStatus();
+}
+
+// A job row (body, version) back to its message: the version lives in its column.
+absl::StatusOr<v1::Job> JobFromRow(const pqxx::row& row) {
+  auto j = ParseRecord<v1::Job>(Bytes(row[0]), "job");
+  if (j.ok()) j->set_version(row[1].as<int64_t>());
+  return j;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobsFromRows(const pqxx::result& r) {
+  std::vector<v1::Job> out;
+  for (const auto& row : r) {
+    auto j = JobFromRow(row);
+    if (!j.ok()) return j.status();
+    out.push_back(*std::move(j));
+  }
+  return out;
+}
+
+// Statements of a batch insert stay well under the server's limits.
+constexpr size_t kBatchRows = 500;
 
 }  // namespace
 
@@ -226,55 +285,117 @@ absl::Status PostgresStore::Migrate() {
   return r.status();
 }
 
-absl::Status PostgresStore::CreateJob(const v1::Job& job) {
-  return WithTransaction<bool>("create job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
-    const std::string body = job.SerializeAsString();
+absl::StatusOr<v1::Job> PostgresStore::CreateJob(const v1::Job& job) {
+  v1::Job stored = job;
+  stored.set_version(1);
+  const std::string body = stored.SerializeAsString();
+  return WithTransaction<v1::Job>("create job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<v1::Job> {
     pqxx::result r = w.exec_params(
-        "INSERT INTO jobs (id, tenant, problem_hash, state, body) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT (id) DO NOTHING RETURNING id",
+        "INSERT INTO jobs (id, tenant, problem_hash, state, body, idempotency_key) VALUES ($1, $2, $3, $4, $5, $6) "
+        "ON CONFLICT DO NOTHING RETURNING id",
         job.id(), job.spec().tenant(), job.spec().problem().content_hash(), static_cast<int>(job.state()),
-        pqxx::binarystring(body));
-    if (!r.empty()) return true;
+        pqxx::binarystring(body), job.idempotency_key());
+    if (!r.empty()) return stored;
+    if (!job.idempotency_key().empty()) {
+      // A concurrent submit with the same key waited on the unique index and finds its row.
+      pqxx::result same = w.exec_params("SELECT body, version FROM jobs WHERE tenant = $1 AND idempotency_key = $2",
+                                        job.spec().tenant(), job.idempotency_key());
+      if (!same.empty()) return JobFromRow(same[0]);
+    }
     // A retry after a commit whose answer was lost finds its own row.
     if (attempt > 1) {
       pqxx::result mine = w.exec_params("SELECT body FROM jobs WHERE id = $1", job.id());
-      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+      if (!mine.empty() && Bytes(mine[0][0]) == body) return stored;
     }
     return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " exists"));
-  }).status();
+  });
 }
 
 absl::StatusOr<v1::Job> PostgresStore::GetJob(const std::string& job_id) {
   return WithTransaction<v1::Job>("get job", [&](pqxx::work& w, int) -> absl::StatusOr<v1::Job> {
-    pqxx::result r = w.exec_params("SELECT body FROM jobs WHERE id = $1", job_id);
-    if (r.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-    return ParseRecord<v1::Job>(Bytes(r[0][0]), "job");
+    pqxx::result r = w.exec_params("SELECT body, version FROM jobs WHERE id = $1", job_id);
+    if (r.empty()) return NoJobError(job_id);
+    return JobFromRow(r[0]);
   });
 }
 
-absl::Status PostgresStore::UpdateJob(const v1::Job& job) {
-  return WithTransaction<bool>("update job", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
-    pqxx::result r = w.exec_params("UPDATE jobs SET state = $1, body = $2 WHERE id = $3",
-                                   static_cast<int>(job.state()), pqxx::binarystring(job.SerializeAsString()),
-                                   job.id());
-    if (r.affected_rows() == 0) return absl::NotFoundError(absl::StrCat("no job ", job.id()));
-    return true;
-  }).status();
+absl::StatusOr<int64_t> PostgresStore::UpdateJob(const v1::Job& job, int64_t fence) {
+  v1::Job stored = job;
+  stored.set_version(job.version() + 1);
+  const std::string body = stored.SerializeAsString();
+  return WithTransaction<int64_t>("update job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<int64_t> {
+    if (absl::Status st = CheckWritable(w, job.id(), fence, /*updates_job=*/true); !st.ok()) return st;
+    pqxx::result r = w.exec_params(
+        "UPDATE jobs SET state = $1, body = $2, version = version + 1 WHERE id = $3 AND version = $4",
+        static_cast<int>(job.state()), pqxx::binarystring(body), job.id(), job.version());
+    if (r.affected_rows() > 0) return stored.version();
+    pqxx::result now = w.exec_params("SELECT body, version FROM jobs WHERE id = $1", job.id());
+    if (now.empty()) return NoJobError(job.id());
+    const int64_t version = now[0][1].as<int64_t>();
+    if (attempt > 1 && version == stored.version() && Bytes(now[0][0]) == body) return version;
+    return VersionConflictError(job.id(), job.version(), version);
+  });
 }
 
 absl::StatusOr<std::vector<v1::Job>> PostgresStore::ListJobs(const JobQuery& q) {
   return WithTransaction<std::vector<v1::Job>>("list jobs", [&](pqxx::work& w, int) {
     pqxx::result r = w.exec_params(
-        "SELECT body FROM jobs WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR problem_hash = $2) AND "
-        "($3 = 0 OR state = $3) ORDER BY created_order DESC LIMIT $4",
-        q.tenant, q.problem_hash, static_cast<int>(q.state), q.limit);
-    return ParseRows<v1::Job>(r, "job");
+        "SELECT body, version FROM jobs WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR problem_hash = $2) AND "
+        "($3 = 0 OR state = $3) AND ($5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
+        "WHERE id = $5), 0)) ORDER BY created_order DESC LIMIT $4",
+        q.tenant, q.problem_hash, static_cast<int>(q.state), q.limit, q.after_job_id);
+    return JobsFromRows(r);
   });
 }
 
-absl::StatusOr<bool> PostgresStore::InsertCandidate(const v1::Candidate& c) {
+absl::StatusOr<JobLease> PostgresStore::ClaimJob(const std::string& job_id, const std::string& owner,
+                                                 double lease_seconds) {
+  // The server's clock decides expiry, so coordinators with skewed clocks agree.
+  return WithTransaction<JobLease>("claim job", [&](pqxx::work& w, int) -> absl::StatusOr<JobLease> {
+    pqxx::result r = w.exec_params(
+        "SELECT lease_owner, lease_token, lease_expires > now() FROM jobs WHERE id = $1 FOR UPDATE", job_id);
+    if (r.empty()) return NoJobError(job_id);
+    const std::string current = r[0][0].as<std::string>();
+    int64_t token = r[0][1].as<int64_t>();
+    if (!current.empty() && current != owner && r[0][2].as<bool>()) return LeaseHeldError(job_id, current);
+    if (current != owner) ++token;
+    w.exec_params(
+        "UPDATE jobs SET lease_owner = $2, lease_token = $3, lease_expires = now() + $4::float8 * interval '1 second' "
+        "WHERE id = $1",
+        job_id, owner, token, lease_seconds);
+    return JobLease{owner, token};
+  });
+}
+
+absl::Status PostgresStore::RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) {
+  return WithTransaction<bool>("renew job lease", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
+    pqxx::result r = w.exec_params(
+        "UPDATE jobs SET lease_expires = now() + $4::float8 * interval '1 second' WHERE id = $1 AND lease_owner = $2 AND "
+        "lease_token = $3",
+        job_id, lease.owner, lease.token, lease_seconds);
+    if (r.affected_rows() > 0) return true;
+    return JobExists(w, job_id) ? LeaseLostError(job_id, lease.token) : NoJobError(job_id);
+  }).status();
+}
+
+absl::Status PostgresStore::ReleaseJob(const std::string& job_id, const JobLease& lease) {
+  return WithTransaction<bool>("release job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
+    pqxx::result r = w.exec_params(
+        "UPDATE jobs SET lease_owner = '', lease_expires = now() WHERE id = $1 AND lease_owner = $2 AND "
+        "lease_token = $3",
+        job_id, lease.owner, lease.token);
+    if (r.affected_rows() > 0) return true;
+    pqxx::result now = w.exec_params("SELECT lease_owner, lease_token FROM jobs WHERE id = $1", job_id);
+    if (now.empty()) return NoJobError(job_id);
+    // A retry after a lost commit answer finds its release done.
+    if (attempt > 1 && now[0][0].as<std::string>().empty() && now[0][1].as<int64_t>() == lease.token) return true;
+    return LeaseLostError(job_id, lease.token);
+  }).status();
+}
+
+absl::StatusOr<bool> PostgresStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
   return WithTransaction<bool>("insert candidate", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
-    if (!JobExists(w, c.job_id())) return absl::NotFoundError(absl::StrCat("no job ", c.job_id()));
+    if (absl::Status st = CheckWritable(w, c.job_id(), fence); !st.ok()) return st;
     const std::string body = c.SerializeAsString();
     pqxx::result r = w.exec_params(
         "INSERT INTO candidates (job_id, id, content_hash, sequence, body) VALUES ($1, $2, $3, $4, $5) "
@@ -293,37 +414,79 @@ absl::StatusOr<bool> PostgresStore::InsertCandidate(const v1::Candidate& c) {
 absl::StatusOr<std::vector<v1::Candidate>> PostgresStore::ListCandidates(const std::string& job_id) {
   return WithTransaction<std::vector<v1::Candidate>>(
       "list candidates", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::Candidate>> {
-        if (!JobExists(w, job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+        if (!JobExists(w, job_id)) return NoJobError(job_id);
         return ParseRows<v1::Candidate>(
             w.exec_params("SELECT body FROM candidates WHERE job_id = $1 ORDER BY sequence", job_id), "candidate");
       });
 }
 
-absl::StatusOr<bool> PostgresStore::PutEvaluation(const v1::EvaluationResult& e) {
-  return WithTransaction<bool>("insert evaluation", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
-    if (w.exec_params("SELECT 1 FROM candidates WHERE job_id = $1 AND id = $2", e.job_id(), e.candidate_id())
-            .empty()) {
-      return absl::NotFoundError(absl::StrCat("no candidate ", e.candidate_id(), " in job ", e.job_id()));
-    }
-    const std::string body = e.SerializeAsString();
-    pqxx::result r = w.exec_params(
-        "INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT DO NOTHING RETURNING candidate_id",
-        e.job_id(), e.candidate_id(), static_cast<int>(e.outcome()), e.speedup(), pqxx::binarystring(body));
-    if (!r.empty()) return true;
-    if (attempt > 1) {
-      pqxx::result mine = w.exec_params(
-          "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", e.job_id(), e.candidate_id());
-      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
-    }
-    return false;
-  });
+absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std::string& job_id,
+                                                                      const std::vector<v1::EvaluationResult>& results,
+                                                                      int64_t fence) {
+  std::vector<std::string> bodies;
+  bodies.reserve(results.size());
+  for (const auto& r : results) bodies.push_back(r.SerializeAsString());
+  return WithTransaction<std::vector<PutOutcome>>(
+      "insert evaluations", [&](pqxx::work& w, int attempt) -> absl::StatusOr<std::vector<PutOutcome>> {
+        if (absl::Status st = CheckWritable(w, job_id, fence); !st.ok()) return st;
+        std::vector<PutOutcome> out(results.size(), PutOutcome::kUnknownCandidate);
+        // A multi-row insert per chunk (one round trip for many results): only rows whose
+        // candidate exists are inserted; the first of two results for one candidate wins.
+        std::set<std::string> inserted, known;
+        for (size_t begin = 0; begin < results.size(); begin += kBatchRows) {
+          const size_t end = std::min(results.size(), begin + kBatchRows);
+          std::string values, ids;
+          for (size_t i = begin; i < end; ++i) {
+            const auto& r = results[i];
+            if (r.job_id() != job_id) continue;
+            absl::StrAppend(&values, values.empty() ? "" : ",", "(", i, ",", w.quote(r.candidate_id()), ",",
+                            static_cast<int>(r.outcome()), ",", absl::StrFormat("%.17g", r.speedup()),
+                            "::float8,", w.quote_raw(bodies[i]), "::bytea)");
+            absl::StrAppend(&ids, ids.empty() ? "" : ",", w.quote(r.candidate_id()));
+          }
+          if (values.empty()) continue;
+          const std::string job = w.quote(job_id);
+          pqxx::result ins = w.exec(absl::StrCat(
+              "INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
+              ", v.cid, v.outcome, v.speedup, v.body FROM (VALUES ", values,
+              ") AS v(ord, cid, outcome, speedup, body) JOIN candidates c ON c.job_id = ", job,
+              " AND c.id = v.cid ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING candidate_id"));
+          for (const auto& row : ins) inserted.insert(row[0].as<std::string>());
+          pqxx::result k =
+              w.exec(absl::StrCat("SELECT id FROM candidates WHERE job_id = ", job, " AND id IN (", ids, ")"));
+          for (const auto& row : k) known.insert(row[0].as<std::string>());
+        }
+        std::set<std::string> done;  // candidates given an outcome of kStored in this batch
+        std::vector<size_t> recheck;
+        for (size_t i = 0; i < results.size(); ++i) {
+          const auto& r = results[i];
+          if (r.job_id() != job_id || !known.contains(r.candidate_id())) continue;
+          if (inserted.contains(r.candidate_id()) && done.insert(r.candidate_id()).second) {
+            out[i] = PutOutcome::kStored;
+          } else {
+            out[i] = PutOutcome::kDuplicate;
+            if (attempt > 1) recheck.push_back(i);
+          }
+        }
+        // A retry after a commit whose answer was lost finds its own rows: they were stored by it.
+        for (size_t i : recheck) {
+          const auto& r = results[i];
+          if (done.contains(r.candidate_id())) continue;
+          pqxx::result mine = w.exec_params(
+              "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", job_id, r.candidate_id());
+          if (!mine.empty() && Bytes(mine[0][0]) == bodies[i]) {
+            out[i] = PutOutcome::kStored;
+            done.insert(r.candidate_id());
+          }
+        }
+        return out;
+      });
 }
 
 absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::ListEvaluations(const std::string& job_id) {
   return WithTransaction<std::vector<v1::EvaluationResult>>(
       "list evaluations", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::EvaluationResult>> {
-        if (!JobExists(w, job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+        if (!JobExists(w, job_id)) return NoJobError(job_id);
         return ParseRows<v1::EvaluationResult>(
             w.exec_params("SELECT e.body FROM evaluations e JOIN candidates c ON c.job_id = e.job_id AND "
                           "c.id = e.candidate_id WHERE e.job_id = $1 ORDER BY c.sequence",
@@ -332,45 +495,159 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::ListEvaluations
       });
 }
 
-absl::StatusOr<int64_t> PostgresStore::AppendEvent(v1::JobEvent event) {
-  event.clear_sequence();
-  const std::string body = event.SerializeAsString();
-  return WithTransaction<int64_t>("insert event", [&](pqxx::work& w, int attempt) -> absl::StatusOr<int64_t> {
+absl::StatusOr<int64_t> PostgresStore::AppendSequenced(const char* table, const std::string& job_id,
+                                                       const std::string& body, int64_t fence) {
+  return WithTransaction<int64_t>("append", [&](pqxx::work& w, int attempt) -> absl::StatusOr<int64_t> {
     // The job's row lock serialises appenders, so each gets the next sequence number.
-    if (w.exec_params("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", event.job_id()).empty()) {
-      return absl::NotFoundError(absl::StrCat("no job ", event.job_id()));
+    pqxx::result j = w.exec_params("SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE", job_id);
+    if (j.empty()) return NoJobError(job_id);
+    if (fence != kNoFence && j[0][0].as<int64_t>() != fence) {
+      return StaleFenceError(job_id, fence, j[0][0].as<int64_t>());
     }
     if (attempt > 1) {
-      // A retry after a lost commit answer finds its event last.
+      // A retry after a lost commit answer finds its record last.
       pqxx::result last = w.exec_params(
-          "SELECT sequence, body FROM events WHERE job_id = $1 ORDER BY sequence DESC LIMIT 1", event.job_id());
+          absl::StrCat("SELECT sequence, body FROM ", table, " WHERE job_id = $1 ORDER BY sequence DESC LIMIT 1"),
+          job_id);
       if (!last.empty() && Bytes(last[0][1]) == body) return last[0][0].as<int64_t>();
     }
     pqxx::result r = w.exec_params(
-        "INSERT INTO events (job_id, sequence, body) VALUES ($1, (SELECT COALESCE(MAX(sequence), 0) + 1 FROM "
-        "events WHERE job_id = $1), $2) RETURNING sequence",
-        event.job_id(), pqxx::binarystring(body));
+        absl::StrCat("INSERT INTO ", table, " (job_id, sequence, body) VALUES ($1, (SELECT COALESCE(MAX(sequence), 0) "
+                     "+ 1 FROM ", table, " WHERE job_id = $1), $2) RETURNING sequence"),
+        job_id, pqxx::binarystring(body));
     return r[0][0].as<int64_t>();
   });
 }
 
+template <typename Msg>
+absl::StatusOr<std::vector<Msg>> PostgresStore::ListSequenced(const char* table, const std::string& job_id,
+                                                              int64_t from, int limit) {
+  return WithTransaction<std::vector<Msg>>("list", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<Msg>> {
+    if (!JobExists(w, job_id)) return NoJobError(job_id);
+    pqxx::result r = w.exec_params(
+        absl::StrCat("SELECT body, sequence FROM ", table,
+                     " WHERE job_id = $1 AND sequence >= $2 ORDER BY sequence LIMIT $3"),
+        job_id, from, limit);
+    std::vector<Msg> out;
+    for (const auto& row : r) {
+      auto e = ParseRecord<Msg>(Bytes(row[0]), table);
+      if (!e.ok()) return e.status();
+      e->set_sequence(row[1].as<int64_t>());
+      out.push_back(*std::move(e));
+    }
+    return out;
+  });
+}
+
+absl::StatusOr<int64_t> PostgresStore::AppendEvent(v1::JobEvent event, int64_t fence) {
+  event.clear_sequence();
+  return AppendSequenced("events", event.job_id(), event.SerializeAsString(), fence);
+}
+
 absl::StatusOr<std::vector<v1::JobEvent>> PostgresStore::ListEvents(const std::string& job_id, int64_t from,
                                                                     int limit) {
-  return WithTransaction<std::vector<v1::JobEvent>>(
-      "list events", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::JobEvent>> {
-        if (!JobExists(w, job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-        pqxx::result r = w.exec_params(
-            "SELECT body, sequence FROM events WHERE job_id = $1 AND sequence >= $2 ORDER BY sequence LIMIT $3",
-            job_id, from, limit);
-        std::vector<v1::JobEvent> out;
+  return ListSequenced<v1::JobEvent>("events", job_id, from, limit);
+}
+
+absl::StatusOr<int64_t> PostgresStore::AppendModelCall(v1::ModelCall call, int64_t fence) {
+  call.clear_sequence();
+  return AppendSequenced("model_calls", call.job_id(), call.SerializeAsString(), fence);
+}
+
+absl::StatusOr<std::vector<v1::ModelCall>> PostgresStore::ListModelCalls(const std::string& job_id, int64_t from,
+                                                                         int limit) {
+  return ListSequenced<v1::ModelCall>("model_calls", job_id, from, limit);
+}
+
+absl::Status PostgresStore::CreateTenant(const v1::Tenant& tenant) {
+  const std::string body = tenant.SerializeAsString();
+  return WithTransaction<bool>("create tenant", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
+    pqxx::result r = w.exec_params("INSERT INTO tenants (name, body) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING name",
+                                   tenant.name(), pqxx::binarystring(body));
+    if (!r.empty()) return true;
+    if (attempt > 1) {
+      pqxx::result mine = w.exec_params("SELECT body FROM tenants WHERE name = $1", tenant.name());
+      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+    }
+    return absl::AlreadyExistsError(absl::StrCat("tenant ", tenant.name(), " exists"));
+  }).status();
+}
+
+absl::StatusOr<v1::Tenant> PostgresStore::GetTenant(const std::string& name) {
+  return WithTransaction<v1::Tenant>("get tenant", [&](pqxx::work& w, int) -> absl::StatusOr<v1::Tenant> {
+    pqxx::result r = w.exec_params("SELECT body FROM tenants WHERE name = $1", name);
+    if (r.empty()) return NoTenantError(name);
+    return ParseRecord<v1::Tenant>(Bytes(r[0][0]), "tenant");
+  });
+}
+
+absl::Status PostgresStore::UpdateTenant(const v1::Tenant& tenant) {
+  return WithTransaction<bool>("update tenant", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
+    pqxx::result r = w.exec_params("SELECT body FROM tenants WHERE name = $1 FOR UPDATE", tenant.name());
+    if (r.empty()) return NoTenantError(tenant.name());
+    absl::StatusOr<v1::Tenant> stored = ParseRecord<v1::Tenant>(Bytes(r[0][0]), "tenant");
+    if (!stored.ok()) return stored.status();
+    stored->set_display_name(tenant.display_name());
+    *stored->mutable_quota() = tenant.quota();
+    w.exec_params("UPDATE tenants SET body = $2 WHERE name = $1", tenant.name(),
+                  pqxx::binarystring(stored->SerializeAsString()));
+    return true;
+  }).status();
+}
+
+absl::StatusOr<std::vector<v1::Tenant>> PostgresStore::ListTenants() {
+  return WithTransaction<std::vector<v1::Tenant>>("list tenants", [&](pqxx::work& w, int) {
+    return ParseRows<v1::Tenant>(w.exec("SELECT body FROM tenants ORDER BY name"), "tenant");
+  });
+}
+
+absl::Status PostgresStore::CreateApiKey(const v1::ApiKey& key) {
+  const std::string body = key.SerializeAsString();
+  return WithTransaction<bool>("create api key", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
+    if (w.exec_params("SELECT 1 FROM tenants WHERE name = $1", key.tenant()).empty()) return NoTenantError(key.tenant());
+    pqxx::result r = w.exec_params(
+        "INSERT INTO api_keys (id, tenant, secret_sha256, revoked, body) VALUES ($1, $2, $3, $4, $5) "
+        "ON CONFLICT DO NOTHING RETURNING id",
+        key.id(), key.tenant(), key.secret_sha256(), key.revoked(), pqxx::binarystring(body));
+    if (!r.empty()) return true;
+    if (attempt > 1) {
+      pqxx::result mine = w.exec_params("SELECT body FROM api_keys WHERE id = $1", key.id());
+      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+    }
+    return absl::AlreadyExistsError(absl::StrCat("api key ", key.id(), " exists"));
+  }).status();
+}
+
+absl::StatusOr<v1::ApiKey> PostgresStore::FindApiKey(const std::string& secret_sha256) {
+  return WithTransaction<v1::ApiKey>("find api key", [&](pqxx::work& w, int) -> absl::StatusOr<v1::ApiKey> {
+    pqxx::result r =
+        w.exec_params("SELECT body FROM api_keys WHERE secret_sha256 = $1 AND NOT revoked", secret_sha256);
+    if (r.empty()) return absl::NotFoundError("no such api key");
+    return ParseRecord<v1::ApiKey>(Bytes(r[0][0]), "api key");
+  });
+}
+
+absl::StatusOr<std::vector<v1::ApiKey>> PostgresStore::ListApiKeys(const std::string& tenant) {
+  return WithTransaction<std::vector<v1::ApiKey>>(
+      "list api keys", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::ApiKey>> {
+        pqxx::result r = w.exec_params("SELECT body, revoked FROM api_keys WHERE tenant = $1 ORDER BY id", tenant);
+        std::vector<v1::ApiKey> out;
         for (const auto& row : r) {
-          auto e = ParseRecord<v1::JobEvent>(Bytes(row[0]), "event");
-          if (!e.ok()) return e.status();
-          e->set_sequence(row[1].as<int64_t>());
-          out.push_back(*std::move(e));
+          auto k = ParseRecord<v1::ApiKey>(Bytes(row[0]), "api key");
+          if (!k.ok()) return k.status();
+          k->set_revoked(row[1].as<bool>());
+          out.push_back(*std::move(k));
         }
         return out;
       });
+}
+
+absl::Status PostgresStore::RevokeApiKey(const std::string& key_id) {
+  return WithTransaction<bool>("revoke api key", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
+    pqxx::result r = w.exec_params("UPDATE api_keys SET revoked = true WHERE id = $1", key_id);
+    if (r.affected_rows() == 0) return absl::NotFoundError(absl::StrCat("no api key ", key_id));
+    return true;
+  }).status();
 }
 
 }  // namespace kforge

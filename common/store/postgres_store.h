@@ -37,17 +37,34 @@ class PostgresStore final : public Store {
 
   static int LatestSchemaVersion();
 
-  absl::Status CreateJob(const v1::Job& job) override;
+  absl::StatusOr<v1::Job> CreateJob(const v1::Job& job) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) override;
-  absl::Status UpdateJob(const v1::Job& job) override;
+  absl::StatusOr<int64_t> UpdateJob(const v1::Job& job, int64_t fence) override;
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) override;
-  absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate) override;
+  absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
+                                    double lease_seconds) override;
+  absl::Status RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) override;
+  absl::Status ReleaseJob(const std::string& job_id, const JobLease& lease) override;
+  absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate, int64_t fence) override;
   absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string& job_id) override;
-  absl::StatusOr<bool> PutEvaluation(const v1::EvaluationResult& result) override;
+  absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(const std::string& job_id,
+                                                         const std::vector<v1::EvaluationResult>& results,
+                                                         int64_t fence) override;
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
-  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event) override;
+  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, int64_t fence) override;
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id, int64_t from_sequence,
-                                                       int limit = 1000) override;
+                                                       int limit) override;
+  absl::StatusOr<int64_t> AppendModelCall(v1::ModelCall call, int64_t fence) override;
+  absl::StatusOr<std::vector<v1::ModelCall>> ListModelCalls(const std::string& job_id, int64_t from_sequence,
+                                                            int limit) override;
+  absl::Status CreateTenant(const v1::Tenant& tenant) override;
+  absl::StatusOr<v1::Tenant> GetTenant(const std::string& name) override;
+  absl::Status UpdateTenant(const v1::Tenant& tenant) override;
+  absl::StatusOr<std::vector<v1::Tenant>> ListTenants() override;
+  absl::Status CreateApiKey(const v1::ApiKey& key) override;
+  absl::StatusOr<v1::ApiKey> FindApiKey(const std::string& secret_sha256) override;
+  absl::StatusOr<std::vector<v1::ApiKey>> ListApiKeys(const std::string& tenant) override;
+  absl::Status RevokeApiKey(const std::string& key_id) override;
 
  private:
   struct Conn;  // one libpqxx connection
@@ -58,6 +75,13 @@ class PostgresStore final : public Store {
   // connection breaks; `fn` returns its result or throws what libpqxx throws.
   template <typename T, typename Fn>
   absl::StatusOr<T> WithTransaction(const char* what, Fn fn, double window_seconds = -1);
+
+  // The per-job append-only tables (events, model_calls).
+  absl::StatusOr<int64_t> AppendSequenced(const char* table, const std::string& job_id, const std::string& body,
+                                          int64_t fence);
+  template <typename Msg>
+  absl::StatusOr<std::vector<Msg>> ListSequenced(const char* table, const std::string& job_id, int64_t from,
+                                                 int limit);
 
   std::unique_ptr<Conn> Take(absl::Status* error);
   void Give(std::unique_ptr<Conn> c);

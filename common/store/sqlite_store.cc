@@ -45,6 +45,28 @@ const char* const kMigrations[] = {
          sequence INTEGER NOT NULL,
          body BLOB NOT NULL,
          PRIMARY KEY (job_id, sequence));)",
+    // Job versions, leases and submit idempotency; model calls; tenants and API keys.
+    R"(ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+       ALTER TABLE jobs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
+       ALTER TABLE jobs ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
+       ALTER TABLE jobs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE jobs ADD COLUMN lease_expires REAL NOT NULL DEFAULT 0;
+       CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key) WHERE idempotency_key <> '';
+       CREATE TABLE model_calls (
+         job_id TEXT NOT NULL REFERENCES jobs(id),
+         sequence INTEGER NOT NULL,
+         body BLOB NOT NULL,
+         PRIMARY KEY (job_id, sequence));
+       CREATE TABLE tenants (
+         name TEXT PRIMARY KEY,
+         body BLOB NOT NULL);
+       CREATE TABLE api_keys (
+         id TEXT PRIMARY KEY,
+         tenant TEXT NOT NULL REFERENCES tenants(name),
+         secret_sha256 TEXT NOT NULL UNIQUE,
+         revoked INTEGER NOT NULL DEFAULT 0,
+         body BLOB NOT NULL);
+       CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
 };
 
 // A prepared statement that finalises itself.
@@ -75,6 +97,7 @@ class Stmt {
     return std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i)));
   }
   int64_t ColumnInt(int i) const { return sqlite3_column_int64(s_, i); }
+  double ColumnReal(int i) const { return sqlite3_column_double(s_, i); }
   std::string ColumnText(int i) const {
     const unsigned char* p = sqlite3_column_text(s_, i);
     return p == nullptr ? ""
@@ -101,6 +124,17 @@ absl::StatusOr<std::vector<Msg>> CollectRows(Stmt& s, const char* what, sqlite3*
     return absl::InternalError(absl::StrCat(path, ": reading ", what, " rows: ", sqlite3_errmsg(db)));
   }
   return out;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A job row (body, version) back to its message: the version lives in its column.
+absl::StatusOr<v1::Job> JobFromRow(Stmt& s) {
+  auto j = ParseRecord<v1::Job>(s.ColumnBlob(0), "job");
+  if (j.ok()) j->set_version(s.ColumnInt(1));
+  return j;
 }
 
 }  // namespace
@@ -216,45 +250,16 @@ absl::Status SqliteStore::Migrate() {
   return absl::OkStatus();
 }
 
-absl::Status SqliteStore::CreateJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_,
-         "INSERT INTO jobs (id, tenant, problem_hash, state, created_order, body) VALUES (?, ?, ?, ?, "
-         "(SELECT COALESCE(MAX(created_order), 0) + 1 FROM jobs), ?)");
-  s.Text(1, job.id()).Text(2, job.spec().tenant()).Text(3, job.spec().problem().content_hash()).Int(4, job.state())
-      .Blob(5, job.SerializeAsString());
-  const int rc = s.Step();
-  if (rc == SQLITE_CONSTRAINT) return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " exists"));
-  if (rc != SQLITE_DONE) return Error("insert job");
-  return absl::OkStatus();
-}
-
-absl::StatusOr<v1::Job> SqliteStore::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT body FROM jobs WHERE id = ?");
-  s.Text(1, id);
-  const int rc = s.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", id));
-  if (rc != SQLITE_ROW) return Error("get job");
-  return ParseRecord<v1::Job>(s.ColumnBlob(0), "job");
-}
-
-absl::Status SqliteStore::UpdateJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "UPDATE jobs SET state = ?, body = ? WHERE id = ?");
-  s.Int(1, job.state()).Blob(2, job.SerializeAsString()).Text(3, job.id());
-  if (s.Step() != SQLITE_DONE) return Error("update job");
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", job.id()));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<v1::Job>> SqliteStore::ListJobs(const JobQuery& q) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_,
-         "SELECT body FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR problem_hash = ?2) AND "
-         "(?3 = 0 OR state = ?3) ORDER BY created_order DESC LIMIT ?4");
-  s.Text(1, q.tenant).Text(2, q.problem_hash).Int(3, q.state).Int(4, q.limit);
-  return CollectRows<v1::Job>(s, "job", db_, path_);
+template <typename T, typename Fn>
+absl::StatusOr<T> SqliteStore::InTransaction(Fn fn) {
+  if (absl::Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
+  absl::StatusOr<T> r = fn();
+  if (r.ok()) {
+    if (absl::Status st = Exec("COMMIT"); st.ok()) return r;
+    else r = st;
+  }
+  if (absl::Status st = Exec("ROLLBACK"); !st.ok()) return st;
+  return r;
 }
 
 bool SqliteStore::JobExists(const std::string& job_id) {
@@ -263,41 +268,169 @@ bool SqliteStore::JobExists(const std::string& job_id) {
   return s.Step() == SQLITE_ROW;
 }
 
-absl::StatusOr<bool> SqliteStore::InsertCandidate(const v1::Candidate& c) {
+absl::Status SqliteStore::CheckWritable(const std::string& job_id, int64_t fence) {
+  Stmt s(db_, "SELECT lease_token FROM jobs WHERE id = ?");
+  s.Text(1, job_id);
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return NoJobError(job_id);
+  if (rc != SQLITE_ROW) return Error("read job lease");
+  if (fence != kNoFence && s.ColumnInt(0) != fence) return StaleFenceError(job_id, fence, s.ColumnInt(0));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> SqliteStore::CreateJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!JobExists(c.job_id())) return absl::NotFoundError(absl::StrCat("no job ", c.job_id()));
-  Stmt s(db_, "INSERT OR IGNORE INTO candidates (job_id, id, content_hash, sequence, body) VALUES (?, ?, ?, ?, ?)");
-  s.Text(1, c.job_id()).Text(2, c.id()).Text(3, c.content_hash()).Int(4, c.sequence()).Blob(5, c.SerializeAsString());
-  if (s.Step() != SQLITE_DONE) return Error("insert candidate");
-  return sqlite3_changes(db_) > 0;
+  return InTransaction<v1::Job>([&]() -> absl::StatusOr<v1::Job> {
+    if (!job.idempotency_key().empty()) {
+      Stmt q(db_, "SELECT body, version FROM jobs WHERE tenant = ? AND idempotency_key = ?");
+      q.Text(1, job.spec().tenant()).Text(2, job.idempotency_key());
+      if (q.Step() == SQLITE_ROW) return JobFromRow(q);
+    }
+    v1::Job stored = job;
+    stored.set_version(1);
+    Stmt s(db_,
+           "INSERT INTO jobs (id, tenant, problem_hash, state, created_order, body, idempotency_key) VALUES (?, ?, ?, "
+           "?, (SELECT COALESCE(MAX(created_order), 0) + 1 FROM jobs), ?, ?)");
+    s.Text(1, job.id()).Text(2, job.spec().tenant()).Text(3, job.spec().problem().content_hash()).Int(4, job.state())
+        .Blob(5, stored.SerializeAsString()).Text(6, job.idempotency_key());
+    const int rc = s.Step();
+    if (rc == SQLITE_CONSTRAINT) return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " exists"));
+    if (rc != SQLITE_DONE) return Error("insert job");
+    return stored;
+  });
+}
+
+absl::StatusOr<v1::Job> SqliteStore::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT body, version FROM jobs WHERE id = ?");
+  s.Text(1, id);
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return NoJobError(id);
+  if (rc != SQLITE_ROW) return Error("get job");
+  return JobFromRow(s);
+}
+
+absl::StatusOr<int64_t> SqliteStore::UpdateJob(const v1::Job& job, int64_t fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransaction<int64_t>([&]() -> absl::StatusOr<int64_t> {
+    if (absl::Status st = CheckWritable(job.id(), fence); !st.ok()) return st;
+    v1::Job stored = job;
+    stored.set_version(job.version() + 1);
+    Stmt s(db_, "UPDATE jobs SET state = ?, body = ?, version = version + 1 WHERE id = ? AND version = ?");
+    s.Int(1, job.state()).Blob(2, stored.SerializeAsString()).Text(3, job.id()).Int(4, job.version());
+    if (s.Step() != SQLITE_DONE) return Error("update job");
+    if (sqlite3_changes(db_) > 0) return stored.version();
+    Stmt v(db_, "SELECT version FROM jobs WHERE id = ?");
+    v.Text(1, job.id());
+    if (v.Step() != SQLITE_ROW) return NoJobError(job.id());
+    return VersionConflictError(job.id(), job.version(), v.ColumnInt(0));
+  });
+}
+
+absl::StatusOr<std::vector<v1::Job>> SqliteStore::ListJobs(const JobQuery& q) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT body, version FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR problem_hash = ?2) AND "
+         "(?3 = 0 OR state = ?3) AND (?5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
+         "WHERE id = ?5), 0)) ORDER BY created_order DESC LIMIT ?4");
+  s.Text(1, q.tenant).Text(2, q.problem_hash).Int(3, q.state).Int(4, q.limit).Text(5, q.after_job_id);
+  std::vector<v1::Job> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    auto j = JobFromRow(s);
+    if (!j.ok()) return j.status();
+    out.push_back(*std::move(j));
+  }
+  if (rc != SQLITE_DONE) return Error("list jobs");
+  return out;
+}
+
+absl::StatusOr<JobLease> SqliteStore::ClaimJob(const std::string& job_id, const std::string& owner,
+                                               double lease_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransaction<JobLease>([&]() -> absl::StatusOr<JobLease> {
+    const double now = NowSeconds();
+    Stmt q(db_, "SELECT lease_owner, lease_token, lease_expires FROM jobs WHERE id = ?");
+    q.Text(1, job_id);
+    const int rc = q.Step();
+    if (rc == SQLITE_DONE) return NoJobError(job_id);
+    if (rc != SQLITE_ROW) return Error("read job lease");
+    const std::string current = q.ColumnText(0);
+    int64_t token = q.ColumnInt(1);
+    if (!current.empty() && current != owner && q.ColumnReal(2) > now) return LeaseHeldError(job_id, current);
+    if (current != owner) ++token;
+    Stmt u(db_, "UPDATE jobs SET lease_owner = ?, lease_token = ?, lease_expires = ? WHERE id = ?");
+    u.Text(1, owner).Int(2, token).Real(3, now + lease_seconds).Text(4, job_id);
+    if (u.Step() != SQLITE_DONE) return Error("claim job");
+    return JobLease{owner, token};
+  });
+}
+
+absl::Status SqliteStore::RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt u(db_, "UPDATE jobs SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_token = ?");
+  u.Real(1, NowSeconds() + lease_seconds).Text(2, job_id).Text(3, lease.owner).Int(4, lease.token);
+  if (u.Step() != SQLITE_DONE) return Error("renew job lease");
+  if (sqlite3_changes(db_) > 0) return absl::OkStatus();
+  return JobExists(job_id) ? LeaseLostError(job_id, lease.token) : NoJobError(job_id);
+}
+
+absl::Status SqliteStore::ReleaseJob(const std::string& job_id, const JobLease& lease) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt u(db_, "UPDATE jobs SET lease_owner = '', lease_expires = 0 WHERE id = ? AND lease_owner = ? AND lease_token = ?");
+  u.Text(1, job_id).Text(2, lease.owner).Int(3, lease.token);
+  if (u.Step() != SQLITE_DONE) return Error("release job");
+  if (sqlite3_changes(db_) > 0) return absl::OkStatus();
+  return JobExists(job_id) ? LeaseLostError(job_id, lease.token) : NoJobError(job_id);
+}
+
+absl::StatusOr<bool> SqliteStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransaction<bool>([&]() -> absl::StatusOr<bool> {
+    if (absl::Status st = CheckWritable(c.job_id(), fence); !st.ok()) return st;
+    Stmt s(db_, "INSERT OR IGNORE INTO candidates (job_id, id, content_hash, sequence, body) VALUES (?, ?, ?, ?, ?)");
+    s.Text(1, c.job_id()).Text(2, c.id()).Text(3, c.content_hash()).Int(4, c.sequence()).Blob(5, c.SerializeAsString());
+    if (s.Step() != SQLITE_DONE) return Error("insert candidate");
+    return sqlite3_changes(db_) > 0;
+  });
 }
 
 absl::StatusOr<std::vector<v1::Candidate>> SqliteStore::ListCandidates(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!JobExists(job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (!JobExists(job_id)) return NoJobError(job_id);
   Stmt s(db_, "SELECT body FROM candidates WHERE job_id = ? ORDER BY sequence");
   s.Text(1, job_id);
   return CollectRows<v1::Candidate>(s, "candidate", db_, path_);
 }
 
-absl::StatusOr<bool> SqliteStore::PutEvaluation(const v1::EvaluationResult& r) {
+absl::StatusOr<std::vector<PutOutcome>> SqliteStore::PutEvaluations(const std::string& job_id,
+                                                                    const std::vector<v1::EvaluationResult>& results,
+                                                                    int64_t fence) {
   std::lock_guard<std::mutex> lock(mu_);
-  {
-    Stmt c(db_, "SELECT 1 FROM candidates WHERE job_id = ? AND id = ?");
-    c.Text(1, r.job_id()).Text(2, r.candidate_id());
-    if (c.Step() != SQLITE_ROW) {
-      return absl::NotFoundError(absl::StrCat("no candidate ", r.candidate_id(), " in job ", r.job_id()));
+  return InTransaction<std::vector<PutOutcome>>([&]() -> absl::StatusOr<std::vector<PutOutcome>> {
+    if (absl::Status st = CheckWritable(job_id, fence); !st.ok()) return st;
+    std::vector<PutOutcome> out;
+    out.reserve(results.size());
+    for (const auto& r : results) {
+      Stmt c(db_, "SELECT 1 FROM candidates WHERE job_id = ? AND id = ?");
+      c.Text(1, job_id).Text(2, r.candidate_id());
+      if (r.job_id() != job_id || c.Step() != SQLITE_ROW) {
+        out.push_back(PutOutcome::kUnknownCandidate);
+        continue;
+      }
+      Stmt s(db_,
+             "INSERT OR IGNORE INTO evaluations (job_id, candidate_id, outcome, speedup, body) VALUES (?, ?, ?, ?, ?)");
+      s.Text(1, job_id).Text(2, r.candidate_id()).Int(3, r.outcome()).Real(4, r.speedup()).Blob(5, r.SerializeAsString());
+      if (s.Step() != SQLITE_DONE) return Error("insert evaluation");
+      out.push_back(sqlite3_changes(db_) > 0 ? PutOutcome::kStored : PutOutcome::kDuplicate);
     }
-  }
-  Stmt s(db_, "INSERT OR IGNORE INTO evaluations (job_id, candidate_id, outcome, speedup, body) VALUES (?, ?, ?, ?, ?)");
-  s.Text(1, r.job_id()).Text(2, r.candidate_id()).Int(3, r.outcome()).Real(4, r.speedup()).Blob(5, r.SerializeAsString());
-  if (s.Step() != SQLITE_DONE) return Error("insert evaluation");
-  return sqlite3_changes(db_) > 0;
+    return out;
+  });
 }
 
 absl::StatusOr<std::vector<v1::EvaluationResult>> SqliteStore::ListEvaluations(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!JobExists(job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (!JobExists(job_id)) return NoJobError(job_id);
   Stmt s(db_,
          "SELECT e.body FROM evaluations e JOIN candidates c ON c.job_id = e.job_id AND c.id = e.candidate_id "
          "WHERE e.job_id = ? ORDER BY c.sequence");
@@ -305,37 +438,159 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> SqliteStore::ListEvaluations(c
   return CollectRows<v1::EvaluationResult>(s, "evaluation", db_, path_);
 }
 
-absl::StatusOr<int64_t> SqliteStore::AppendEvent(v1::JobEvent event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!JobExists(event.job_id())) return absl::NotFoundError(absl::StrCat("no job ", event.job_id()));
-  // One statement picks the next sequence and inserts, so concurrent writers cannot collide;
-  // the sequence lives in its column (ListEvents copies it into the message).
-  event.clear_sequence();
-  Stmt s(db_,
-         "INSERT INTO events (job_id, sequence, body) VALUES (?1, (SELECT COALESCE(MAX(sequence), 0) + 1 FROM "
-         "events WHERE job_id = ?1), ?2) RETURNING sequence");
-  s.Text(1, event.job_id()).Blob(2, event.SerializeAsString());
-  if (s.Step() != SQLITE_ROW) return Error("insert event");
-  const int64_t seq = s.ColumnInt(0);
-  if (s.Step() != SQLITE_DONE) return Error("insert event");
-  return seq;
+absl::StatusOr<int64_t> SqliteStore::AppendSequenced(const char* table, const std::string& job_id,
+                                                     const std::string& body, int64_t fence) {
+  return InTransaction<int64_t>([&]() -> absl::StatusOr<int64_t> {
+    if (absl::Status st = CheckWritable(job_id, fence); !st.ok()) return st;
+    // One statement picks the next sequence and inserts; the sequence lives in its column (the
+    // readers copy it into the message).
+    const std::string sql = absl::StrCat("INSERT INTO ", table, " (job_id, sequence, body) VALUES (?1, (SELECT "
+                                         "COALESCE(MAX(sequence), 0) + 1 FROM ", table,
+                                         " WHERE job_id = ?1), ?2) RETURNING sequence");
+    Stmt s(db_, sql.c_str());
+    s.Text(1, job_id).Blob(2, body);
+    if (s.Step() != SQLITE_ROW) return Error("append");
+    const int64_t seq = s.ColumnInt(0);
+    if (s.Step() != SQLITE_DONE) return Error("append");
+    return seq;
+  });
 }
 
-absl::StatusOr<std::vector<v1::JobEvent>> SqliteStore::ListEvents(const std::string& job_id, int64_t from, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!JobExists(job_id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-  Stmt s(db_, "SELECT body, sequence FROM events WHERE job_id = ? AND sequence >= ? ORDER BY sequence LIMIT ?");
+template <typename Msg>
+absl::StatusOr<std::vector<Msg>> SqliteStore::ListSequenced(const char* table, const std::string& job_id,
+                                                            int64_t from, int limit) {
+  if (!JobExists(job_id)) return NoJobError(job_id);
+  const std::string sql = absl::StrCat("SELECT body, sequence FROM ", table,
+                                       " WHERE job_id = ? AND sequence >= ? ORDER BY sequence LIMIT ?");
+  Stmt s(db_, sql.c_str());
   s.Text(1, job_id).Int(2, from).Int(3, limit);
-  std::vector<v1::JobEvent> out;
+  std::vector<Msg> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
-    auto e = ParseRecord<v1::JobEvent>(s.ColumnBlob(0), "event");
+    auto e = ParseRecord<Msg>(s.ColumnBlob(0), table);
     if (!e.ok()) return e.status();
     e->set_sequence(s.ColumnInt(1));
     out.push_back(*std::move(e));
   }
-  if (rc != SQLITE_DONE) return Error("list events");
+  if (rc != SQLITE_DONE) return Error("list");
   return out;
+}
+
+absl::StatusOr<int64_t> SqliteStore::AppendEvent(v1::JobEvent event, int64_t fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  event.clear_sequence();
+  return AppendSequenced("events", event.job_id(), event.SerializeAsString(), fence);
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> SqliteStore::ListEvents(const std::string& job_id, int64_t from, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ListSequenced<v1::JobEvent>("events", job_id, from, limit);
+}
+
+absl::StatusOr<int64_t> SqliteStore::AppendModelCall(v1::ModelCall call, int64_t fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  call.clear_sequence();
+  return AppendSequenced("model_calls", call.job_id(), call.SerializeAsString(), fence);
+}
+
+absl::StatusOr<std::vector<v1::ModelCall>> SqliteStore::ListModelCalls(const std::string& job_id, int64_t from,
+                                                                       int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ListSequenced<v1::ModelCall>("model_calls", job_id, from, limit);
+}
+
+absl::Status SqliteStore::CreateTenant(const v1::Tenant& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "INSERT INTO tenants (name, body) VALUES (?, ?)");
+  s.Text(1, tenant.name()).Blob(2, tenant.SerializeAsString());
+  const int rc = s.Step();
+  if (rc == SQLITE_CONSTRAINT) return absl::AlreadyExistsError(absl::StrCat("tenant ", tenant.name(), " exists"));
+  if (rc != SQLITE_DONE) return Error("insert tenant");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Tenant> SqliteStore::GetTenant(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT body FROM tenants WHERE name = ?");
+  s.Text(1, name);
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return NoTenantError(name);
+  if (rc != SQLITE_ROW) return Error("get tenant");
+  return ParseRecord<v1::Tenant>(s.ColumnBlob(0), "tenant");
+}
+
+absl::Status SqliteStore::UpdateTenant(const v1::Tenant& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransaction<bool>([&]() -> absl::StatusOr<bool> {
+    Stmt q(db_, "SELECT body FROM tenants WHERE name = ?");
+    q.Text(1, tenant.name());
+    if (q.Step() != SQLITE_ROW) return NoTenantError(tenant.name());
+    absl::StatusOr<v1::Tenant> stored = ParseRecord<v1::Tenant>(q.ColumnBlob(0), "tenant");
+    if (!stored.ok()) return stored.status();
+    stored->set_display_name(tenant.display_name());
+    *stored->mutable_quota() = tenant.quota();
+    Stmt u(db_, "UPDATE tenants SET body = ? WHERE name = ?");
+    u.Blob(1, stored->SerializeAsString()).Text(2, tenant.name());
+    if (u.Step() != SQLITE_DONE) return Error("update tenant");
+    return true;
+  }).status();
+}
+
+absl::StatusOr<std::vector<v1::Tenant>> SqliteStore::ListTenants() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT body FROM tenants ORDER BY name");
+  return CollectRows<v1::Tenant>(s, "tenant", db_, path_);
+}
+
+absl::Status SqliteStore::CreateApiKey(const v1::ApiKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransaction<bool>([&]() -> absl::StatusOr<bool> {
+    Stmt t(db_, "SELECT 1 FROM tenants WHERE name = ?");
+    t.Text(1, key.tenant());
+    if (t.Step() != SQLITE_ROW) return NoTenantError(key.tenant());
+    Stmt s(db_, "INSERT INTO api_keys (id, tenant, secret_sha256, revoked, body) VALUES (?, ?, ?, ?, ?)");
+    s.Text(1, key.id()).Text(2, key.tenant()).Text(3, key.secret_sha256()).Int(4, key.revoked() ? 1 : 0)
+        .Blob(5, key.SerializeAsString());
+    const int rc = s.Step();
+    if (rc == SQLITE_CONSTRAINT) return absl::AlreadyExistsError(absl::StrCat("api key ", key.id(), " exists"));
+    if (rc != SQLITE_DONE) return Error("insert api key");
+    return true;
+  }).status();
+}
+
+absl::StatusOr<v1::ApiKey> SqliteStore::FindApiKey(const std::string& secret_sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT body, revoked FROM api_keys WHERE secret_sha256 = ? AND revoked = 0");
+  s.Text(1, secret_sha256);
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return absl::NotFoundError("no such api key");
+  if (rc != SQLITE_ROW) return Error("find api key");
+  return ParseRecord<v1::ApiKey>(s.ColumnBlob(0), "api key");
+}
+
+absl::StatusOr<std::vector<v1::ApiKey>> SqliteStore::ListApiKeys(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT body, revoked FROM api_keys WHERE tenant = ? ORDER BY id");
+  s.Text(1, tenant);
+  std::vector<v1::ApiKey> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    auto k = ParseRecord<v1::ApiKey>(s.ColumnBlob(0), "api key");
+    if (!k.ok()) return k.status();
+    k->set_revoked(s.ColumnInt(1) != 0);
+    out.push_back(*std::move(k));
+  }
+  if (rc != SQLITE_DONE) return Error("list api keys");
+  return out;
+}
+
+absl::Status SqliteStore::RevokeApiKey(const std::string& key_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt u(db_, "UPDATE api_keys SET revoked = 1 WHERE id = ?");
+  u.Text(1, key_id);
+  if (u.Step() != SQLITE_DONE) return Error("revoke api key");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no api key ", key_id));
+  return absl::OkStatus();
 }
 
 }  // namespace kforge

@@ -2,7 +2,7 @@
 
 // The Store port: jobs, candidates, evaluations and job events. The store is the source of
 // truth: a restarted coordinator rebuilds everything from it. Backends: MemoryStore (tests,
-// ephemeral runs), SqliteStore (embedded), PostgreSQL (cluster). One contract test suite
+// ephemeral runs), SqliteStore (embedded), PostgresStore (cluster). One contract test suite
 // (tests/unit/store_contract.h) runs against each.
 
 #include <cstdint>
@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "kforge/v1/evaluation.pb.h"
 #include "kforge/v1/job.pb.h"
+#include "kforge/v1/llm_proxy.pb.h"
+#include "kforge/v1/tenant.pb.h"
 
 namespace kforge {
 
@@ -22,40 +24,105 @@ struct JobQuery {
   std::string problem_hash;    // "" = any problem
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // unspecified = any
   int limit = 100;
+  std::string after_job_id;    // paging: only jobs created before this one ("" = from the newest)
 };
+
+// A coordinator's claim on a job: in a cluster, one coordinator runs a job at a time.
+struct JobLease {
+  std::string owner;
+  int64_t token = 0;  // the fencing token: it grows every time the job changes owner
+};
+
+// The fence a write carries: kNoFence (embedded runs, a user's cancel, admin tools) or the token
+// of the writer's JobLease. A fenced write to a job whose lease has since been taken over is
+// refused (FailedPrecondition), so a coordinator that paused past its lease cannot write over
+// the one that took the job.
+inline constexpr int64_t kNoFence = 0;
+
+// What PutEvaluations did with each result of a batch.
+enum class PutOutcome { kStored, kDuplicate, kUnknownCandidate };
 
 class Store {
  public:
   virtual ~Store() = default;
 
-  // AlreadyExists if the id is taken.
-  [[nodiscard]] virtual absl::Status CreateJob(const v1::Job& job) = 0;
+  // ---- jobs ----
+  // Stores a new job (its version becomes 1) and returns the stored job. AlreadyExists if the id
+  // is taken. A job with an idempotency_key whose (tenant, key) was used before is not stored:
+  // the earlier job is returned instead (a retried submit gets the same job).
+  [[nodiscard]] virtual absl::StatusOr<v1::Job> CreateJob(const v1::Job& job) = 0;
   // NotFound if absent.
   [[nodiscard]] virtual absl::StatusOr<v1::Job> GetJob(const std::string& job_id) = 0;
-  // Replaces the stored job; NotFound if absent.
-  [[nodiscard]] virtual absl::Status UpdateJob(const v1::Job& job) = 0;
+  // Replaces the stored job if its version is still job.version(); returns the new version.
+  // Aborted when someone else updated it since (read it again and decide); NotFound if absent.
+  [[nodiscard]] virtual absl::StatusOr<int64_t> UpdateJob(const v1::Job& job, int64_t fence) = 0;
   // Newest first.
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) = 0;
 
+  // ---- job leases ----
+  // Takes or renews the job's lease for `lease_seconds`: granted when nobody holds a live lease
+  // or `owner` does (same token); a takeover of an expired or released lease gets a larger
+  // token. FailedPrecondition while another owner's lease is live; NotFound for an unknown job.
+  [[nodiscard]] virtual absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
+                                                          double lease_seconds) = 0;
+  // Extends a held lease; FailedPrecondition when it is no longer `lease` (taken over).
+  [[nodiscard]] virtual absl::Status RenewJobLease(const std::string& job_id, const JobLease& lease,
+                                                   double lease_seconds) = 0;
+  // Gives the lease up now (a clean shutdown: another coordinator may take the job at once).
+  // FailedPrecondition when it was no longer `lease`.
+  [[nodiscard]] virtual absl::Status ReleaseJob(const std::string& job_id, const JobLease& lease) = 0;
+
+  // ---- candidates and evaluations ----
   // Inserts a candidate. Returns false (and stores nothing) when the job already has a candidate
   // with the same content hash or the same id: inserting is idempotent and dedupes.
-  [[nodiscard]] virtual absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate) = 0;
+  [[nodiscard]] virtual absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate, int64_t fence) = 0;
   // In sequence order.
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string& job_id) = 0;
 
-  // Records the evaluation of a candidate. Returns false when that candidate already has one
-  // (ingestion is idempotent: a redelivered result changes nothing). NotFound for an unknown
-  // candidate.
-  [[nodiscard]] virtual absl::StatusOr<bool> PutEvaluation(const v1::EvaluationResult& result) = 0;
+  // Records evaluations of one job's candidates in one transaction (the ingest path batches
+  // whatever results have arrived). A candidate that already has an evaluation keeps it
+  // (kDuplicate: ingestion is idempotent, a redelivered result changes nothing); a result for a
+  // candidate the job does not have is kUnknownCandidate. The call fails as a whole only when
+  // the store does (or the fence is stale): then nothing was stored. A result naming another job
+  // is kUnknownCandidate.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results, int64_t fence) = 0;
+  // One result: true when stored, false for a duplicate, NotFound for an unknown candidate.
+  [[nodiscard]] absl::StatusOr<bool> PutEvaluation(const v1::EvaluationResult& result, int64_t fence);
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(
       const std::string& job_id) = 0;
 
+  // ---- events and model calls (append-only, per job) ----
   // Appends an event; the store assigns the next sequence number (from 1) and returns it.
-  [[nodiscard]] virtual absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event) = 0;
-  // Events with sequence >= from_sequence, in order, at most `limit`.
+  [[nodiscard]] virtual absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, int64_t fence) = 0;
+  // Events with sequence >= from_sequence, in order, at most `limit` (a watch stream resumes from
+  // the last sequence it saw + 1).
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id,
                                                                               int64_t from_sequence,
-                                                                              int limit = 1000) = 0;
+                                                                              int limit) = 0;
+  // Appends a model call; the store assigns its sequence (from 1 per job) and returns it.
+  [[nodiscard]] virtual absl::StatusOr<int64_t> AppendModelCall(v1::ModelCall call, int64_t fence) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<v1::ModelCall>> ListModelCalls(const std::string& job_id,
+                                                                                   int64_t from_sequence,
+                                                                                   int limit) = 0;
+
+  // ---- tenants and API keys ----
+  // AlreadyExists if the name is taken.
+  [[nodiscard]] virtual absl::Status CreateTenant(const v1::Tenant& tenant) = 0;
+  [[nodiscard]] virtual absl::StatusOr<v1::Tenant> GetTenant(const std::string& name) = 0;
+  // Replaces display name and quota; NotFound if absent.
+  [[nodiscard]] virtual absl::Status UpdateTenant(const v1::Tenant& tenant) = 0;
+  // By name.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Tenant>> ListTenants() = 0;
+  // Stores a key record (the secret's hash, never the secret). AlreadyExists for a taken id or
+  // hash; NotFound when the tenant does not exist.
+  [[nodiscard]] virtual absl::Status CreateApiKey(const v1::ApiKey& key) = 0;
+  // The live key whose secret hashes to `secret_sha256`; NotFound if none (or it was revoked).
+  [[nodiscard]] virtual absl::StatusOr<v1::ApiKey> FindApiKey(const std::string& secret_sha256) = 0;
+  // A tenant's keys, revoked ones included, by id.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<v1::ApiKey>> ListApiKeys(const std::string& tenant) = 0;
+  // NotFound for an unknown id; revoking twice is OK.
+  [[nodiscard]] virtual absl::Status RevokeApiKey(const std::string& key_id) = 0;
 };
 
 }  // namespace kforge

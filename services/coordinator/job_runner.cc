@@ -2,11 +2,11 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "common/dtype.h"
 #include "common/hash.h"
 #include "common/param_space.h"
@@ -62,7 +62,7 @@ JobRunner::JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& cl
     : store_(store), queue_(queue), mutator_(mutator), clock_(clock), log_(std::move(log)),
       options_(std::move(options)) {}
 
-absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec) {
+absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec, const std::string& idempotency_key) {
   if (spec.problem().content_hash().empty()) return absl::InvalidArgumentError("job spec has no problem");
   const v1::Budget& b = spec.budget();
   if (b.max_candidates() <= 0 && b.max_wall_seconds() <= 0 && b.target_speedup() <= 0 && b.patience() <= 0) {
@@ -78,19 +78,32 @@ absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec) {
   v1::Job job;
   const double now = clock_.WallSeconds();
   job.set_id(absl::StrCat("job-", Sha256Hex(absl::StrCat(spec.problem().content_hash(), "/", spec.seed(), "/",
-                                                         absl::StrFormat("%.9f", now)))
+                                                         absl::StrFormat("%.9f", now), "/", idempotency_key))
                                       .substr(0, 12)));
   *job.mutable_spec() = std::move(spec);
   job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_idempotency_key(idempotency_key);
   SetTime(job.mutable_created_at(), now);
-  KF_RETURN_IF_ERROR(store_.CreateJob(job));
-  return job;
+  return store_.CreateJob(job);
 }
+
+namespace {
+
+bool IsFinal(v1::JobState s) {
+  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED ||
+         (s == v1::JOB_STATE_CANCELLED);
+}
+
+}  // namespace
 
 absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::atomic<bool>& stop,
                                        const ProgressFn& progress) {
   KF_ASSIGN_OR_RETURN(v1::Job job, store_.GetJob(job_id));
   if (job.state() == v1::JOB_STATE_COMPLETED || job.state() == v1::JOB_STATE_FAILED) return job;
+  // One runner at a time: every write below carries this lease's token.
+  KF_ASSIGN_OR_RETURN(const JobLease lease, store_.ClaimJob(job_id, options_.owner, options_.lease_seconds));
+  const int64_t fence = lease.token;
+  KF_ASSIGN_OR_RETURN(job, store_.GetJob(job_id));  // as of the claim
   const v1::Problem& problem = job.spec().problem();
   const v1::Budget& budget = job.spec().budget();
   const std::string stream = StreamFor(problem, options_.device_class);
@@ -120,10 +133,36 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
   auto elapsed = [&] { return resumed_elapsed + clock_.MonotonicSeconds() - start; };
   std::string stop_reason;
   std::string fail_reason;
+  // Set when someone else ended the job (a user's cancel): the run stops and writes nothing more.
+  std::optional<v1::Job> ended_elsewhere;
+
+  auto event = [&]() {
+    v1::JobEvent ev;
+    ev.set_job_id(job_id);
+    SetTime(ev.mutable_time(), clock_.WallSeconds());
+    return ev;
+  };
+  // A conditional update: when the stored job moved on (a user cancelled it, say), read it again;
+  // a job someone else ended stops the run, anything else is overwritten with this run's state.
+  auto save_job = [&]() -> absl::Status {
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<int64_t> v = store_.UpdateJob(job, fence);
+      if (v.ok()) {
+        job.set_version(*v);
+        return absl::OkStatus();
+      }
+      if (!absl::IsAborted(v.status()) || attempt > 0) return v.status();
+      KF_ASSIGN_OR_RETURN(v1::Job stored, store_.GetJob(job_id));
+      if (IsFinal(stored.state())) {
+        ended_elsewhere = std::move(stored);
+        return absl::OkStatus();
+      }
+      job.set_version(stored.version());
+    }
+  };
 
   std::function<absl::Status()> fill;  // set once proposing is possible
-  absl::Status fill_error;
-  auto ingest_ready = [&](bool notify) {
+  auto ingest_ready = [&](bool notify) -> absl::Status {
     while (ingested < cands.size()) {
       auto it = results.find(cands[ingested].id());
       if (it == results.end()) break;
@@ -140,11 +179,9 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       }
       if (notify) {
         if (improved) {
-          v1::JobEvent ev;
-          ev.set_job_id(job_id);
-          SetTime(ev.mutable_time(), clock_.WallSeconds());
+          v1::JobEvent ev = event();
           *ev.mutable_improved() = c;
-          (void)store_.AppendEvent(ev);
+          KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence).status());
         }
         if (progress) {
           Progress p;
@@ -169,15 +206,16 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
         prog->set_evaluations(static_cast<int64_t>(ingested));
         prog->set_elapsed_seconds(elapsed());
         prog->set_best_speedup(engine.best() ? engine.best()->fitness : 0);
-        (void)store_.UpdateJob(job);
+        KF_RETURN_IF_ERROR(save_job());
+        if (ended_elsewhere.has_value()) return absl::OkStatus();
       }
       // Propose right after each ingestion, so proposal k always sees exactly the evaluations
       // up to k - slots, however the results arrived.
-      if (fill && fill_error.ok()) fill_error = fill();
+      if (fill) KF_RETURN_IF_ERROR(fill());
     }
+    return absl::OkStatus();
   };
 
-  // Candidates proposed but never evaluated (the previous run was interrupted): dispatch again.
   auto request_for = [&](const v1::Candidate& c) {
     v1::EvaluationRequest req;
     req.set_request_id(c.id());
@@ -187,15 +225,51 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     req.set_seed(job.spec().seed());
     return req;
   };
-  for (const auto& c : cands) {
-    if (!evaluated.contains(c.id())) KF_RETURN_IF_ERROR(queue_.Enqueue(stream, request_for(c)));
-  }
+  // Candidates proposed but never evaluated (an interrupted run, or a queue that lost them):
+  // dispatch again. Enqueue is idempotent, so one still queued is not doubled.
+  auto redispatch = [&]() -> absl::Status {
+    int n = 0;
+    for (size_t i = ingested; i < cands.size(); ++i) {
+      if (evaluated.contains(cands[i].id())) continue;
+      KF_RETURN_IF_ERROR(queue_.Enqueue(stream, request_for(cands[i])));
+      ++n;
+    }
+    if (n > 0) log_->info("job={} dispatched again candidates={}", job_id, n);
+    return absl::OkStatus();
+  };
+  int64_t losses = queue_.DataLosses();
+  KF_RETURN_IF_ERROR(redispatch());
 
   job.set_state(v1::JOB_STATE_RUNNING);
   job.clear_state_reason();
   if (!job.has_started_at()) SetTime(job.mutable_started_at(), clock_.WallSeconds());
-  KF_RETURN_IF_ERROR(store_.UpdateJob(job));
-  log_->info("job={} running evaluations={} candidates={} slots={}", job_id, ingested, cands.size(), slots);
+  KF_RETURN_IF_ERROR(save_job());
+  if (ended_elsewhere.has_value()) return *ended_elsewhere;
+  log_->info("job={} running evaluations={} candidates={} slots={} lease={}", job_id, ingested, cands.size(), slots,
+             fence);
+
+  auto record_model_calls = [&](int64_t seq, const v1::MutateResponse& resp) -> absl::Status {
+    // Model calls are paid for whether or not they produced a child: account for every one,
+    // keep each as a record, and keep the failure reason in the job's event log.
+    for (const auto& u : resp.usage()) {
+      auto* prog = job.mutable_progress();
+      prog->set_llm_tokens(prog->llm_tokens() + u.input_tokens() + u.output_tokens());
+      prog->set_llm_cost_usd(prog->llm_cost_usd() + u.cost_usd());
+      v1::ModelCall call;
+      call.set_job_id(job_id);
+      call.set_proposal(seq);
+      *call.mutable_usage() = u;
+      if (resp.children().empty()) call.set_message(resp.message());
+      SetTime(call.mutable_time(), clock_.WallSeconds());
+      KF_RETURN_IF_ERROR(store_.AppendModelCall(std::move(call), fence).status());
+    }
+    if (!resp.message().empty()) {
+      v1::JobEvent ev = event();
+      ev.set_message(absl::StrCat("proposal ", seq, ": ", resp.message()));
+      KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence).status());
+    }
+    return absl::OkStatus();
+  };
 
   auto propose = [&]() -> absl::Status {
     const int64_t seq = static_cast<int64_t>(cands.size());
@@ -238,27 +312,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       }
       KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
                           mutator_.Mutate(req, [&](const std::string& h) { return seen.contains(h); }));
-      // Model calls are paid for whether or not they produced a child: account for them, and keep
-      // every call and every failure reason in the job's event log.
-      for (const auto& u : resp.usage()) {
-        auto* prog = job.mutable_progress();
-        prog->set_llm_tokens(prog->llm_tokens() + u.input_tokens() + u.output_tokens());
-        prog->set_llm_cost_usd(prog->llm_cost_usd() + u.cost_usd());
-      }
-      if (resp.usage_size() > 0 || !resp.message().empty()) {
-        nlohmann::json rec = {{"proposal", seq}, {"message", resp.message()}};
-        for (const auto& u : resp.usage()) {
-          rec["llm_calls"].push_back({{"provider", u.provider()}, {"model", u.model()},
-                                      {"input_tokens", u.input_tokens()}, {"output_tokens", u.output_tokens()},
-                                      {"cost_usd", u.cost_usd()}, {"latency_seconds", u.latency_seconds()},
-                                      {"cache_hit", u.cache_hit()}, {"retries", u.retries()}});
-        }
-        v1::JobEvent ev;
-        ev.set_job_id(job_id);
-        SetTime(ev.mutable_time(), clock_.WallSeconds());
-        ev.set_message(rec.dump());
-        (void)store_.AppendEvent(ev);
-      }
+      KF_RETURN_IF_ERROR(record_model_calls(seq, resp));
       if (resp.children().empty()) {
         stop_reason = resp.message().empty() ? "the mutator proposed nothing" : resp.message();
         return absl::OkStatus();
@@ -280,7 +334,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       stop_reason = "the mutator repeated a candidate";
       return absl::OkStatus();
     }
-    KF_ASSIGN_OR_RETURN(bool inserted, store_.InsertCandidate(child));
+    KF_ASSIGN_OR_RETURN(bool inserted, store_.InsertCandidate(child, fence));
     if (!inserted) return absl::InternalError(absl::StrCat("candidate ", child.id(), " already stored"));
     seen.insert(child.content_hash());
     cands.push_back(child);
@@ -307,8 +361,8 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     return "";
   };
 
-  fill = [&]() -> absl::Status {
-    if (!fail_reason.empty()) return absl::OkStatus();
+  auto fill_now = [&]() -> absl::Status {
+    if (!fail_reason.empty() || ended_elsewhere.has_value()) return absl::OkStatus();
     if (stop_reason.empty()) stop_reason = budget_reason();
     // Propose while the pipeline has room: candidate k waits for candidate k - slots.
     while (stop_reason.empty() && static_cast<int64_t>(cands.size()) - static_cast<int64_t>(ingested) < slots &&
@@ -319,41 +373,91 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     return absl::OkStatus();
   };
   // Rebuild from the stored evaluations, proposing at the same points as the original run.
-  ingest_ready(/*notify=*/false);
-  KF_RETURN_IF_ERROR(fill_error);
+  fill = fill_now;
+  KF_RETURN_IF_ERROR(ingest_ready(/*notify=*/false));
 
+  // Ingests a batch of results: stored in one transaction, acknowledged once committed (a result
+  // the store could not take now is left unacknowledged and comes back), then fed to the engine.
+  std::vector<ResultDelivery> batch;
+  auto ingest_batch = [&]() -> absl::Status {
+    std::vector<v1::EvaluationResult> rs;
+    rs.reserve(batch.size());
+    for (const auto& d : batch) rs.push_back(d.result);
+    absl::StatusOr<std::vector<PutOutcome>> put = store_.PutEvaluations(job_id, rs, fence);
+    if (!put.ok()) {
+      if (!IsTransient(put.status())) return put.status();
+      log_->warn("job={} results={} not stored yet: {}", job_id, rs.size(), put.status().message());
+      batch.clear();
+      return absl::OkStatus();
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const v1::EvaluationResult& r = batch[i].result;
+      if (absl::Status st = queue_.AckResult(job_id, batch[i].ack_token); !st.ok()) {
+        // Harmless: the result comes back and is a duplicate then.
+        log_->warn("job={} cannot acknowledge the result for candidate={}: {}", job_id, r.candidate_id(),
+                   st.message());
+      }
+      switch ((*put)[i]) {
+        case PutOutcome::kStored:
+          evaluated.insert(r.candidate_id());
+          results[r.candidate_id()] = std::move(batch[i].result);
+          break;
+        case PutOutcome::kDuplicate:
+          break;  // a redelivered result: already ingested or buffered
+        case PutOutcome::kUnknownCandidate:
+          log_->warn("job={} dropping a result for unknown candidate={}", job_id, r.candidate_id());
+          break;
+      }
+    }
+    batch.clear();
+    return ingest_ready(/*notify=*/true);
+  };
+
+  const double renew_every = std::max(0.05, options_.lease_seconds / 3);
+  double next_renewal = clock_.MonotonicSeconds() + renew_every;
   bool interrupted = false;
   while (true) {
-    if (!fail_reason.empty()) break;
+    if (!fail_reason.empty() || ended_elsewhere.has_value()) break;
     if (stop.load()) {
       interrupted = true;
       break;
     }
-    KF_RETURN_IF_ERROR(fill());
+    if (clock_.MonotonicSeconds() >= next_renewal) {
+      // Keeps the lease, and notices a job someone else ended (a user's cancel).
+      KF_RETURN_IF_ERROR(store_.RenewJobLease(job_id, lease, options_.lease_seconds));
+      next_renewal = clock_.MonotonicSeconds() + renew_every;
+      KF_ASSIGN_OR_RETURN(v1::Job stored, store_.GetJob(job_id));
+      if (IsFinal(stored.state())) {
+        ended_elsewhere = std::move(stored);
+        break;
+      }
+    }
+    if (const int64_t now_losses = queue_.DataLosses(); now_losses != losses) {
+      log_->warn("job={} the work queue lost its data: dispatching every unevaluated candidate again", job_id);
+      losses = now_losses;
+      KF_RETURN_IF_ERROR(redispatch());
+    }
+    KF_RETURN_IF_ERROR(fill_now());
     if (ingested == cands.size() && (!stop_reason.empty() || cands.empty())) break;
     KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id, options_.poll_seconds));
     if (!delivery.has_value()) continue;
-    v1::EvaluationResult& r = delivery->result;
-    auto inserted = store_.PutEvaluation(r);
-    // Acknowledged once the store has committed it (or refused it for good): a result the store
-    // could not take now is handed out again by the queue later.
-    if (!inserted.ok() && IsTransient(inserted.status())) {
-      log_->warn("job={} result for candidate={} not stored yet: {}", job_id, r.candidate_id(),
-                 inserted.status().message());
-      continue;
+    batch.push_back(*std::move(delivery));
+    // Whatever else has arrived goes into the same transaction.
+    while (static_cast<int>(batch.size()) < options_.ingest_batch) {
+      KF_ASSIGN_OR_RETURN(auto more, queue_.NextResult(job_id, 0));
+      if (!more.has_value()) break;
+      batch.push_back(*std::move(more));
     }
-    if (absl::Status st = queue_.AckResult(job_id, delivery->ack_token); !st.ok()) {
-      log_->warn("job={} cannot acknowledge the result for candidate={}: {}", job_id, r.candidate_id(), st.message());
-    }
-    if (!inserted.ok()) {
-      log_->warn("job={} dropping result for candidate={}: {}", job_id, r.candidate_id(), inserted.status().message());
-      continue;
-    }
-    if (!*inserted) continue;  // a redelivered duplicate: already ingested or buffered
-    const std::string candidate_id = r.candidate_id();
-    results[candidate_id] = std::move(r);
-    ingest_ready(/*notify=*/true);
-    KF_RETURN_IF_ERROR(fill_error);
+    KF_RETURN_IF_ERROR(ingest_batch());
+  }
+
+  if (ended_elsewhere.has_value()) {
+    // Someone else ended the job (a user's cancel): its pending work goes, what was paid for stays.
+    log_->info("job={} ended elsewhere state={} reason=\"{}\"", job_id, static_cast<int>(ended_elsewhere->state()),
+               ended_elsewhere->state_reason());
+    KF_RETURN_IF_ERROR(queue_.PurgeJob(job_id));
+    KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id, lease));
+    return *ended_elsewhere;
   }
 
   // Final state.
@@ -380,13 +484,14 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     job.set_state_reason(stop_reason);
   }
   if (job.state() != v1::JOB_STATE_CANCELLED) SetTime(job.mutable_finished_at(), clock_.WallSeconds());
-  KF_RETURN_IF_ERROR(store_.UpdateJob(job));
-  v1::JobEvent ev;
-  ev.set_job_id(job_id);
-  SetTime(ev.mutable_time(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(save_job());
+  if (ended_elsewhere.has_value()) return *ended_elsewhere;
+  v1::JobEvent ev = event();
   ev.set_state_changed(job.state());
   *ev.mutable_progress() = *prog;
-  (void)store_.AppendEvent(ev);
+  KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence).status());
+  // A clean end: another coordinator (or a resumed run) may take the job at once.
+  KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id, lease));
   log_->info("job={} state={} reason=\"{}\" evaluations={} best={:.3f}", job_id, static_cast<int>(job.state()),
              job.state_reason(), ingested, prog->best_speedup());
   return job;

@@ -6,7 +6,8 @@
 // candidate order, and proposal k waits until candidate k - slots has been ingested, so the
 // sequence of candidates depends only on the problem, the seed and the mutator, not on timing.
 // The store is the source of truth: Run() on a job that was interrupted resumes it without
-// repeating or losing evaluations.
+// repeating or losing evaluations. When the queue reports that it lost what it held (Redis
+// restarted empty), every candidate without an evaluation is dispatched again.
 
 #include <atomic>
 #include <functional>
@@ -27,6 +28,12 @@ namespace kforge::coordinator {
 struct JobRunnerOptions {
   int slots = 1;                 // candidates in flight (the workers' slots)
   double poll_seconds = 0.1;     // result wait slice (stop flag latency)
+  // The job's lease in the store: one runner at a time writes a job, and one whose lease was
+  // taken over stops (FailedPrecondition) without writing. A run of the same owner may resume a
+  // job at once; another owner waits for the lease to expire or be released.
+  std::string owner = "embedded";
+  double lease_seconds = 30;
+  int ingest_batch = 256;        // results stored in one transaction when they arrive together
   std::string device_class;      // work goes to StreamFor(problem, device_class); "" = any device
   ScreenOracle screen_oracle;    // benchmarks only: rank screened children by known costs
 };
@@ -51,8 +58,9 @@ class JobRunner {
   JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log,
             JobRunnerOptions options);
 
-  // Validates the spec, stores the job (QUEUED) and returns it.
-  [[nodiscard]] absl::StatusOr<v1::Job> Submit(v1::JobSpec spec);
+  // Validates the spec, stores the job (QUEUED) and returns it. A non-empty idempotency key that
+  // the spec's tenant used before returns the job that submit created instead.
+  [[nodiscard]] absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& idempotency_key = "");
   // Runs or resumes the job until a stop rule ends it (COMPLETED), it fails (FAILED), or `stop`
   // is set (CANCELLED, "interrupted"; resumable). Returns the final job.
   [[nodiscard]] absl::StatusOr<v1::Job> Run(const std::string& job_id, const std::atomic<bool>& stop,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "common/logging.h"
 #include "common/problem_loader.h"
 #include "common/queue/memory_queue.h"
+#include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
 #include "common/store/memory_store.h"
 #include "common/store/sqlite_store.h"
@@ -35,6 +37,7 @@
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
 #include "tests/testutil/faulty_queue.h"
+#include "tests/testutil/redis_server.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge {
@@ -97,6 +100,7 @@ class TestQueue final : public WorkQueue {
     return inner_.AckResult(job_id, ack_token);
   }
   absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  int64_t DataLosses() override { return inner_.DataLosses(); }
   void Close() override { inner_.Close(); }
   int completed() const { return completed_.load(); }
   int duplicates() const { return duplicates_.load(); }
@@ -140,6 +144,11 @@ struct RunOptions {
   coordinator::ScreenOracle oracle;  // JobRunnerOptions::screen_oracle
   // Faults injected between the in-process queue and its users (short real-time leases then).
   std::optional<testing::QueueFaults> faults;
+  // With faults: the queue loses everything it holds for the job once this many are ingested.
+  int64_t lose_data_after = 0;
+  double lease_seconds = 30;  // JobRunnerOptions::lease_seconds
+  // Called after every ingested evaluation (another coordinator, a user's cancel).
+  std::function<void(const coordinator::Progress&)> on_progress;
 };
 
 struct RunReport {
@@ -212,6 +221,7 @@ class JobRunnerTest : public ::testing::Test {
     coordinator::JobRunnerOptions ro;
     ro.slots = o.slots;
     ro.screen_oracle = o.oracle;
+    ro.lease_seconds = o.lease_seconds;
     coordinator::JobRunner runner(store, queue, mutator, clock, log_, ro);
 
     std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
@@ -237,6 +247,12 @@ class JobRunnerTest : public ::testing::Test {
       if (o.stop_after > 0 && p.evaluations >= o.stop_after) stop.store(true);
       if (o.sleep_per_eval > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.sleep_per_eval));
       if (fake != nullptr && o.fake_seconds_per_eval > 0) fake->Advance(o.fake_seconds_per_eval);
+      if (faulty.has_value() && o.lose_data_after > 0 && p.evaluations == o.lose_data_after) {
+        // The workers finish what they hold first: their results are among what is lost.
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        EXPECT_TRUE(faulty->LoseData(job_id).ok());
+      }
+      if (o.on_progress) o.on_progress(p);
     };
     rep.job = runner.Run(job_id, stop, progress);
     workers_stop.store(true);
@@ -794,12 +810,12 @@ TEST_P(JobRunnerResumeTest, ResumeAfterACrashWithResultsStoredOutOfOrder) {
   job.clear_finished_at();
   ASSERT_TRUE(store->CreateJob(job).ok());
   for (int i = 0; i <= 14; ++i) {
-    auto ins = store->InsertCandidate((*ref_cands)[i]);
+    auto ins = store->InsertCandidate((*ref_cands)[i], kNoFence);
     ASSERT_TRUE(ins.ok() && *ins) << i;
   }
   for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13}) {
     ASSERT_EQ((*ref_evals)[i].candidate_id(), (*ref_cands)[i].id());
-    auto put = store->PutEvaluation((*ref_evals)[i]);
+    auto put = store->PutEvaluation((*ref_evals)[i], kNoFence);
     ASSERT_TRUE(put.ok() && *put) << i;
   }
   RunReport rep = Run(*store, job.id(), {.workers = 1, .slots = 3});
@@ -880,6 +896,156 @@ TEST_F(JobRunnerTest, EveryCandidateEndsWithExactlyOneEvaluationThroughAFaultyQu
   EXPECT_GT(rep.dropped_acks, 0);
   EXPECT_GT(rep.duplicated, 0);
   EXPECT_GT(rep.shuffled, 0);
+}
+
+TEST_F(JobRunnerTest, AQueueThatLosesItsDataGetsEveryUnevaluatedCandidateAgain) {
+  // Redis restarted without its data: queued items, leases and unread results are gone. The
+  // runner dispatches again every candidate the store has no evaluation for; each still ends with
+  // exactly one evaluation, and the search proposes what it would have on a clean queue.
+  MemoryStore clean_store;
+  RunReport clean = Run(clean_store, Submit(clean_store, Spec(5, 30)), {.workers = 3, .slots = 3});
+  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
+  auto clean_cands = clean_store.ListCandidates(clean.job->id());
+  ASSERT_TRUE(clean_cands.ok());
+
+  MemoryStore store;
+  RunOptions o{.workers = 3, .slots = 3};
+  o.faults = testing::QueueFaults{.seed = 3};
+  o.lose_data_after = 10;
+  RunReport rep = Run(store, Submit(store, Spec(5, 30)), o);
+  KF_ASSERT_COMPLETED(rep);
+  EXPECT_EQ(rep.job->progress().evaluations(), 30);
+  ExpectConsistent(store, *rep.job);
+  auto cands = store.ListCandidates(rep.job->id());
+  ASSERT_TRUE(cands.ok());
+  EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+}
+
+TEST_F(JobRunnerTest, OnRedisEveryCandidateEndsWithOneEvaluationAcrossRestartsWithAndWithoutItsData) {
+  // The cluster's queue under the runner: real redis-server, three workers. Mid-job Redis
+  // restarts with its data (persisted), later it crashes and comes back empty. Every candidate
+  // still ends with exactly one evaluation, and the search proposes what a clean run does.
+  if (!testing::RedisServer::Available()) GTEST_SKIP() << testing::RedisServer::kAbsent;
+  MemoryStore clean_store;
+  RunReport clean = Run(clean_store, Submit(clean_store, Spec(9, 40)), {.workers = 3, .slots = 3});
+  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
+  auto clean_cands = clean_store.ListCandidates(clean.job->id());
+  ASSERT_TRUE(clean_cands.ok());
+
+  testing::RedisServer redis(/*appendonly=*/true);
+  ASSERT_TRUE(redis.Start()) << redis.error();
+  RedisQueueOptions ro;
+  ro.queue = {.lease_seconds = 1.0, .max_deliveries = 10, .result_redelivery_seconds = 1.0};
+  auto queue = RedisWorkQueue::Connect(redis.url(), ro, log_);
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  MemoryStore store;
+  const std::string id = Submit(store, Spec(9, 40));
+  RealClock clock;
+  RecordingMutator mutator(Validity());
+  coordinator::JobRunnerOptions opts;
+  opts.slots = 3;
+  coordinator::JobRunner runner(store, **queue, mutator, clock, log_, opts);
+  std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
+  std::vector<std::thread> workers;
+  std::atomic<bool> workers_stop{false};
+  for (int i = 0; i < 3; ++i) {
+    worker::EvaluatorOptions eo;
+    eo.worker_id = absl::StrCat("w", i);
+    evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log_));
+    workers.emplace_back([&, i] {
+      worker::QueueWorker w(**queue, *evaluators[i], StreamFor(problem_), absl::StrCat("w", i), log_);
+      w.Run(workers_stop);
+    });
+  }
+  std::atomic<bool> stop{false};
+  auto job = runner.Run(id, stop, [&](const coordinator::Progress& p) {
+    if (p.evaluations == 12) EXPECT_TRUE(redis.Restart()) << redis.error();
+    if (p.evaluations == 24) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // results wait unread
+      EXPECT_TRUE(redis.RestartEmpty()) << redis.error();
+    }
+  });
+  workers_stop = true;
+  for (auto& t : workers) t.join();
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_COMPLETED) << job->state_reason();
+  EXPECT_EQ((*queue)->DataLosses(), 1);
+  ExpectConsistent(store, *job);
+  auto cands = store.ListCandidates(id);
+  ASSERT_TRUE(cands.ok());
+  EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+}
+
+TEST_F(JobRunnerTest, ARunWhoseLeaseWasTakenOverStopsWithoutWriting) {
+  // The runner stalls past its lease (a long GC pause, a partition) and another coordinator takes
+  // the job: the stale runner's next write is refused and it stops; nothing it proposed after the
+  // takeover is in the store.
+  MemoryStore store;
+  const std::string id = Submit(store, Spec(5, 40));
+  size_t candidates_at_takeover = 0;
+  RunOptions o{.workers = 1, .slots = 1};
+  o.lease_seconds = 0.3;
+  o.on_progress = [&](const coordinator::Progress& p) {
+    if (p.evaluations != 5) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto taken = store.ClaimJob(id, "coordinator-b", 30);
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    auto cands = store.ListCandidates(id);
+    ASSERT_TRUE(cands.ok());
+    candidates_at_takeover = cands->size();
+  };
+  RunReport rep = Run(store, id, o);
+  ASSERT_FALSE(rep.job.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(rep.job.status())) << rep.job.status();
+  auto cands = store.ListCandidates(id);
+  ASSERT_TRUE(cands.ok());
+  EXPECT_EQ(cands->size(), candidates_at_takeover);
+  auto stored = store.GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state(), v1::JOB_STATE_RUNNING) << "the stale runner wrote no final state";
+}
+
+TEST_F(JobRunnerTest, AUserCancelInTheStoreEndsTheRun) {
+  // A user cancels through another process (the coordinator's CancelJob writes the store with no
+  // fence): the runner notices at its next checkpoint, stops proposing and returns that job.
+  MemoryStore store;
+  const std::string id = Submit(store, Spec(5, 60));
+  RunOptions o{.workers = 1, .slots = 1};
+  o.on_progress = [&](const coordinator::Progress& p) {
+    if (p.evaluations != 4) return;
+    auto job = store.GetJob(id);
+    ASSERT_TRUE(job.ok());
+    job->set_state(v1::JOB_STATE_CANCELLED);
+    job->set_state_reason("cancelled by user");
+    ASSERT_TRUE(store.UpdateJob(*job, kNoFence).ok());
+  };
+  RunReport rep = Run(store, id, o);
+  ASSERT_TRUE(rep.job.ok()) << rep.job.status();
+  EXPECT_EQ(rep.job->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(rep.job->state_reason(), "cancelled by user");
+  auto evals = store.ListEvaluations(id);
+  ASSERT_TRUE(evals.ok());
+  EXPECT_LE(evals->size(), 11u) << "stopped at the next checkpoint";
+  auto stored = store.GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state_reason(), "cancelled by user");
+}
+
+TEST_F(JobRunnerTest, ARetriedSubmitWithTheSameKeyGetsTheSameJob) {
+  MemoryStore store;
+  RealClock clock;
+  MemoryWorkQueue queue(clock, 1000);
+  llm::ParametricMutator mutator({}, Validity());
+  coordinator::JobRunner runner(store, queue, mutator, clock, log_, {});
+  auto a = runner.Submit(Spec(5, 10), "submit-1");
+  auto b = runner.Submit(Spec(5, 10), "submit-1");
+  auto c = runner.Submit(Spec(5, 10), "submit-2");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->id(), b->id());
+  EXPECT_NE(a->id(), c->id());
+  auto jobs = store.ListJobs({});
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->size(), 2u);
 }
 
 TEST_F(JobRunnerTest, ResultForAnUnknownCandidateIsDropped) {

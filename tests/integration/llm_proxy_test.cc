@@ -409,21 +409,19 @@ TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
   EXPECT_GE(server.requests().size(), 1u);
   const std::string report = dir.Read("out/report.json");
   EXPECT_THAT(report, HasSubstr("MUTATOR_KIND_LLM"));
-  // Every model call is in the job's event log with its accounting.
+  // Every model call is a record of the job's with its accounting.
   auto store = SqliteStore::Open(dir.path() + "/k.db");
   ASSERT_TRUE(store.ok());
   auto jobs = (*store)->ListJobs({});
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
-  auto events = (*store)->ListEvents(jobs->front().id(), 0);
-  ASSERT_TRUE(events.ok());
-  int calls = 0;
-  for (const auto& e : *events) {
-    if (e.event_case() != v1::JobEvent::kMessage) continue;
-    auto j = nlohmann::json::parse(e.message(), nullptr, false);
-    if (!j.is_discarded() && j.contains("llm_calls")) calls += static_cast<int>(j["llm_calls"].size());
+  auto calls = (*store)->ListModelCalls(jobs->front().id(), 0, 1000);
+  ASSERT_TRUE(calls.ok()) << calls.status();
+  EXPECT_EQ(calls->size(), server.requests().size());
+  for (const auto& c : *calls) {
+    EXPECT_EQ(c.usage().model(), "scripted");
+    EXPECT_GT(c.proposal(), 0);
   }
-  EXPECT_EQ(calls, static_cast<int>(server.requests().size()));
   EXPECT_GT(jobs->front().progress().llm_tokens(), 0);
 }
 

@@ -68,12 +68,14 @@ TEST(PostgresStoreTest, ARestartInTheMiddleOfABurstLosesAndDoublesNothing) {
   std::atomic<int> done{0};
   std::thread writer([&] {
     for (int i = 0; i < kWrites; ++i) {
-      auto r = store->InsertCandidate(MakeContractCandidate("j1", absl::StrCat("c", i), absl::StrCat("h", i), i));
+      auto r = store->InsertCandidate(MakeContractCandidate("j1", absl::StrCat("c", i), absl::StrCat("h", i), i),
+                                      kNoFence);
       EXPECT_TRUE(r.ok() && *r) << i << ": " << (r.ok() ? "not inserted" : r.status().ToString());
       v1::JobEvent e;
       e.set_job_id("j1");
       e.set_message(absl::StrCat("event ", i));
-      EXPECT_TRUE(store->AppendEvent(e).ok()) << i;
+      EXPECT_TRUE(store->AppendEvent(e, kNoFence).ok()) << i;
+      EXPECT_TRUE(store->AppendModelCall(MakeContractModelCall("j1", i), kNoFence).ok()) << i;
       done = i + 1;
     }
   });
@@ -87,6 +89,78 @@ TEST(PostgresStoreTest, ARestartInTheMiddleOfABurstLosesAndDoublesNothing) {
   ASSERT_TRUE(events.ok()) << events.status();
   EXPECT_EQ(events->size(), static_cast<size_t>(kWrites));
   for (size_t i = 0; i < events->size(); ++i) EXPECT_EQ((*events)[i].sequence(), static_cast<int64_t>(i + 1));
+  auto calls = store->ListModelCalls("j1", 1, 10000);
+  ASSERT_TRUE(calls.ok()) << calls.status();
+  EXPECT_EQ(calls->size(), static_cast<size_t>(kWrites));
+  for (size_t i = 0; i < calls->size(); ++i) {
+    EXPECT_EQ((*calls)[i].sequence(), static_cast<int64_t>(i + 1));
+    EXPECT_EQ((*calls)[i].proposal(), static_cast<int64_t>(i));
+  }
+}
+
+// Two coordinators (two stores, each with its own pool) on one database: one of them gets a job,
+// versions and fences hold between them.
+TEST(PostgresStoreTest, TwoCoordinatorsShareLeasesVersionsAndFences) {
+  PostgresServer* server = SharedPostgres();
+  if (server == nullptr) GTEST_SKIP() << "PostgreSQL is not installed";
+  static std::atomic<int> round{0};
+  const std::string db = absl::StrCat("two_coordinators_", round++);
+  ASSERT_TRUE(server->Sql("CREATE DATABASE " + db).ok());
+  auto oa = PostgresStore::Open(server->Url(db));
+  auto ob = PostgresStore::Open(server->Url(db));
+  ASSERT_TRUE(oa.ok()) << oa.status();
+  ASSERT_TRUE(ob.ok()) << ob.status();
+  std::unique_ptr<PostgresStore> a = *std::move(oa), b = *std::move(ob);
+  Store* stores[2] = {a.get(), b.get()};
+  ASSERT_TRUE(a->CreateJob(MakeContractJob("j1")).ok());
+
+  // Eight claimers, four through each store.
+  constexpr int kClaimers = 8;
+  std::atomic<bool> go{false};
+  std::vector<absl::StatusOr<JobLease>> results(kClaimers, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaimers; ++i) {
+    threads.emplace_back([&, i] {
+      while (!go.load()) std::this_thread::yield();
+      results[i] = stores[i % 2]->ClaimJob("j1", absl::StrCat("coord-", i), 60);
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  int winner = -1, winners = 0;
+  for (int i = 0; i < kClaimers; ++i) {
+    if (results[i].ok()) {
+      ++winners;
+      winner = i;
+    } else {
+      EXPECT_EQ(results[i].status().code(), absl::StatusCode::kFailedPrecondition) << results[i].status();
+    }
+  }
+  ASSERT_EQ(winners, 1);
+  const JobLease first = *results[winner];
+
+  // The winner hands over (through its own store); the other store's claimer gets a larger token.
+  ASSERT_TRUE(stores[winner % 2]->ReleaseJob("j1", first).ok());
+  Store& other = *stores[1 - winner % 2];
+  auto second = other.ClaimJob("j1", "coord-next", 60);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->token, first.token);
+  EXPECT_EQ(stores[winner % 2]->AppendEvent(MakeContractEvent("j1", "stale"), first.token).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(other.AppendEvent(MakeContractEvent("j1", "current"), second->token).value_or(-1), 1);
+
+  // Optimistic concurrency across the two.
+  auto read_a = a->GetJob("j1");
+  auto read_b = b->GetJob("j1");
+  ASSERT_TRUE(read_a.ok() && read_b.ok());
+  read_a->set_state(v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(a->UpdateJob(*read_a, kNoFence).value_or(-1), 2);
+  read_b->set_state(v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(b->UpdateJob(*read_b, kNoFence).status().code(), absl::StatusCode::kAborted);
+  auto got = b->GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(got->version(), 2);
 }
 
 // Two coordinators opening a new database at once migrate it once.

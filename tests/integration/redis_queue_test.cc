@@ -122,10 +122,12 @@ TEST_F(RedisQueueFaultTest, RestartWithItsDataKeepsQueuedPendingAndPublished) {
   // The same queue object reconnects; the queued item, the published result, the idempotency
   // keys and the lease all survived.
   ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r3")).ok());  // still queued: no second copy
+  EXPECT_EQ(q->DataLosses(), 0) << "the server kept its data";
   auto queued = Take(*q, "w2");
   ASSERT_TRUE(queued.has_value());
   EXPECT_EQ(queued->request.request_id(), "r3");
   EXPECT_EQ(queued->attempt, 1);
+  ASSERT_TRUE(q->Complete("opencl", *queued, ResultFor(*queued)).ok());  // or its lease ends below
   auto result = q->NextResult("j1", 2.0);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_TRUE(result->has_value());
@@ -157,6 +159,7 @@ TEST_F(RedisQueueFaultTest, RestartWithoutDataReportsWhatItCan) {
 
   // The in-flight item's lease is gone; its result is still published and read.
   EXPECT_TRUE(absl::IsFailedPrecondition(q->ExtendLease("opencl", *in_flight)));
+  EXPECT_EQ(q->DataLosses(), 1) << "the reconnect found the epoch marker gone";
   ASSERT_TRUE(q->Complete("opencl", *in_flight, ResultFor(*in_flight)).ok());
   auto r = q->NextResult("j1", 2.0);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -224,7 +227,7 @@ TEST_F(RedisQueueFaultTest, AConsumerKilledMidItemLosesItToAnotherAndOneResultIs
   v1::EvaluationRequest req = MakeQueueRequest("j1", "r1");
   v1::Candidate cand = req.candidate();
   cand.set_content_hash("h1");
-  ASSERT_TRUE(store.InsertCandidate(cand).value_or(false));
+  ASSERT_TRUE(store.InsertCandidate(cand, kNoFence).value_or(false));
   ASSERT_TRUE(coordinator->Enqueue("opencl", req).ok());
 
   // Worker A: its own connections, extending its lease every lease / 3 while it "evaluates".
@@ -256,7 +259,7 @@ TEST_F(RedisQueueFaultTest, AConsumerKilledMidItemLosesItToAnotherAndOneResultIs
     ASSERT_TRUE(r.ok()) << r.status();
     if (!r->has_value()) break;
     ++delivered;
-    auto put = store.PutEvaluation((*r)->result);
+    auto put = store.PutEvaluation((*r)->result, kNoFence);
     ASSERT_TRUE(put.ok()) << put.status();
     stored += *put ? 1 : 0;
     ASSERT_TRUE(coordinator->AckResult("j1", (*r)->ack_token).ok());

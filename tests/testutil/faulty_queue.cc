@@ -85,4 +85,14 @@ absl::Status FaultyQueue::AckResult(const std::string& job_id, const std::string
   return inner_.AckResult(job_id, ack_token);
 }
 
+absl::Status FaultyQueue::LoseData(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(held_, [&](const ResultDelivery& d) { return d.result.job_id() == job_id; });
+  }
+  absl::Status st = inner_.PurgeJob(job_id);
+  ++losses_;
+  return st;
+}
+
 }  // namespace kforge::testing

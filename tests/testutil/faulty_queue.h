@@ -9,6 +9,7 @@
 //   - duplicate_complete / duplicate_enqueue: a message sent twice.
 //   - max_delay_seconds: every Complete is delayed by up to this much.
 //   - reorder: results are held back (up to `reorder` of them) and handed out in random order.
+//   - LoseData: everything held for a job is gone at once (a Redis restarted empty).
 // Safe to call from any thread; the wrapped queue must outlive it.
 
 #include <atomic>
@@ -59,7 +60,13 @@ class FaultyQueue final : public WorkQueue {
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  int64_t DataLosses() override { return inner_.DataLosses() + losses_.load(); }
   void Close() override { inner_.Close(); }
+
+  // Loses what the queue holds for the job, as a Redis restarted without its data would: queued
+  // items, leases and unread results go (a worker still holding an item may still complete it),
+  // and DataLosses grows.
+  [[nodiscard]] absl::Status LoseData(const std::string& job_id);
 
   const QueueFaultCounts& counts() const { return counts_; }
 
@@ -73,6 +80,7 @@ class FaultyQueue final : public WorkQueue {
   std::mt19937_64 rng_;
   std::deque<ResultDelivery> held_;  // reorder buffer
   QueueFaultCounts counts_;
+  std::atomic<int64_t> losses_{0};
 };
 
 }  // namespace kforge::testing

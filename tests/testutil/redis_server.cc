@@ -1,5 +1,7 @@
 #include "tests/testutil/redis_server.h"
 
+#include <filesystem>
+
 #include <hiredis/hiredis.h>
 #include <unistd.h>
 
@@ -104,6 +106,15 @@ void RedisServer::Stop(int signal) {
   if (process_ == nullptr) return;
   process_->Kill(signal);
   process_.reset();
+}
+
+bool RedisServer::RestartEmpty() {
+  Stop(9);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path(), ec)) {
+    if (entry.path().filename() != "redis.log") std::filesystem::remove_all(entry.path(), ec);
+  }
+  return Start();
 }
 
 bool RedisServer::Flush() { return running() && RedisCommand(port_, "FLUSHALL"); }

@@ -37,6 +37,8 @@ class RedisServer {
     Stop();
     return Start();
   }
+  // A crash that loses the data (SIGKILL, its files removed), then a start on the same port.
+  [[nodiscard]] bool RestartEmpty();
   // Removes every key (FLUSHALL); false when the server does not answer.
   bool Flush();
 

@@ -86,7 +86,7 @@ TEST(MemoryWorkQueueTest, RedeliveredDuplicateIsDedupedByIngestion) {
   v1::EvaluationRequest req = MakeQueueRequest("j1", "r1");
   v1::Candidate cand = req.candidate();
   cand.set_content_hash("h1");
-  ASSERT_TRUE(store.InsertCandidate(cand).value_or(false));
+  ASSERT_TRUE(store.InsertCandidate(cand, kNoFence).value_or(false));
   ASSERT_TRUE(q.Enqueue("s", req).ok());
 
   auto slow = q.Dequeue("s", "slow", 0);
@@ -103,7 +103,7 @@ TEST(MemoryWorkQueueTest, RedeliveredDuplicateIsDedupedByIngestion) {
     ASSERT_TRUE(r.ok());
     if (!r->has_value()) break;
     ++results;
-    auto put = store.PutEvaluation((*r)->result);
+    auto put = store.PutEvaluation((*r)->result, kNoFence);
     ASSERT_TRUE(q.AckResult("j1", (*r)->ack_token).ok());
     ASSERT_TRUE(put.ok()) << put.status();
     stored += *put ? 1 : 0;

@@ -1,7 +1,7 @@
 #pragma once
 
 // The Store contract: one suite of behaviours every Store backend must show, run against each
-// backend (MemoryStore, SqliteStore, later PostgreSQL). A backend's test file defines a
+// backend (MemoryStore, SqliteStore, PostgresStore). A backend's test file defines a
 // StoreFactory, then instantiates the suite:
 //
 //   INSTANTIATE_TEST_SUITE_P(Memory, StoreContractTest,
@@ -15,13 +15,18 @@
 // include it in exactly one source file per test binary.
 //
 // Beyond store.h's comments, the contract pins down: every per-job call on an unknown job is
-// NotFound; job order is by creation (updates do not reorder); dedupe is per job.
+// NotFound; job order is by creation (updates do not reorder, ids do not matter); dedupe is per
+// job; ListJobs after an unknown after_job_id is an empty page (not an error); an update that
+// names no version (0) is refused like any other stale one; a fenced write carrying the job's
+// current token succeeds.
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -31,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/store/api_key.h"
 #include "common/store/store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -38,6 +44,8 @@
 #include "kforge/v1/candidate.pb.h"
 #include "kforge/v1/evaluation.pb.h"
 #include "kforge/v1/job.pb.h"
+#include "kforge/v1/llm_proxy.pb.h"
+#include "kforge/v1/tenant.pb.h"
 
 namespace kforge::testing {
 
@@ -90,6 +98,18 @@ inline v1::Job MakeContractJob(const std::string& id, const std::string& tenant 
   return j;
 }
 
+// `job` as the store keeps it at `version`.
+inline v1::Job AtVersion(v1::Job job, int64_t version) {
+  job.set_version(version);
+  return job;
+}
+
+inline v1::Job MakeKeyedJob(const std::string& id, const std::string& tenant, const std::string& key) {
+  v1::Job j = MakeContractJob(id, tenant);
+  j.set_idempotency_key(key);
+  return j;
+}
+
 inline v1::Candidate MakeContractCandidate(const std::string& job_id, const std::string& id,
                                            const std::string& hash, int64_t sequence) {
   v1::Candidate c;
@@ -129,6 +149,36 @@ inline v1::JobEvent MakeContractEvent(const std::string& job_id, const std::stri
   return e;
 }
 
+inline v1::ModelCall MakeContractModelCall(const std::string& job_id, int64_t proposal) {
+  v1::ModelCall m;
+  m.set_job_id(job_id);
+  m.set_proposal(proposal);
+  v1::LlmUsage* u = m.mutable_usage();
+  u->set_provider("anthropic");
+  u->set_model(absl::StrCat("model-", proposal % 3));
+  u->set_input_tokens(1000 + proposal);
+  u->set_output_tokens(250 + proposal);
+  u->set_cost_usd(0.0125 * static_cast<double>(proposal + 1));
+  u->set_latency_seconds(1.5);
+  u->set_cache_hit(proposal % 2 == 0);
+  u->set_retries(static_cast<int32_t>(proposal % 4));
+  if (proposal % 2 == 1) m.set_message("the response had no edit block");
+  m.mutable_time()->set_seconds(1700000200 + proposal);
+  m.mutable_time()->set_nanos(250000000);
+  return m;
+}
+
+inline v1::Tenant MakeContractTenant(const std::string& name) {
+  v1::Tenant t;
+  t.set_name(name);
+  t.set_display_name(absl::StrCat("Team ", name));
+  t.mutable_quota()->set_max_running_jobs(4);
+  t.mutable_quota()->set_max_evaluations_per_hour(5000);
+  t.mutable_quota()->set_max_in_flight(64);
+  t.mutable_created_at()->set_seconds(1690000000);
+  return t;
+}
+
 // ---- the suite ----------------------------------------------------------------------------
 
 class StoreContractTest : public ::testing::TestWithParam<StoreBackend> {
@@ -148,11 +198,47 @@ class StoreContractTest : public ::testing::TestWithParam<StoreBackend> {
 
   Store& store() { return *store_; }
 
-  void MustCreateJob(const v1::Job& job) { ASSERT_TRUE(store().CreateJob(job).ok()) << job.id(); }
-  void MustInsert(const v1::Candidate& c) {
-    auto r = store().InsertCandidate(c);
+  void MustCreateJob(const v1::Job& job) {
+    auto r = store().CreateJob(job);
+    ASSERT_TRUE(r.ok()) << job.id() << ": " << r.status();
+  }
+  // Reads the job, applies `edit`, writes it back at the version read; returns the new version
+  // (-1 on failure, reported).
+  int64_t MustUpdate(const std::string& job_id, const std::function<void(v1::Job&)>& edit,
+                     int64_t fence = kNoFence) {
+    auto job = store().GetJob(job_id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return -1;
+    edit(*job);
+    auto v = store().UpdateJob(*job, fence);
+    EXPECT_TRUE(v.ok()) << job_id << ": " << v.status();
+    return v.ok() ? *v : -1;
+  }
+  void MustInsert(const v1::Candidate& c, int64_t fence = kNoFence) {
+    auto r = store().InsertCandidate(c, fence);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(*r) << "candidate " << c.id() << " was not inserted";
+  }
+  JobLease MustClaim(const std::string& job_id, const std::string& owner, double seconds) {
+    auto l = store().ClaimJob(job_id, owner, seconds);
+    EXPECT_TRUE(l.ok()) << job_id << " by " << owner << ": " << l.status();
+    return l.ok() ? *l : JobLease{};
+  }
+  void MustCreateTenant(const std::string& name) {
+    const absl::Status st = store().CreateTenant(MakeContractTenant(name));
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  // Mints a key for `tenant`, stores it and returns the record; the token goes to *token.
+  v1::ApiKey MustCreateKey(const std::string& tenant, const std::string& name, std::string* token,
+                           bool service = false) {
+    auto minted = MintApiKey(tenant, name, service);
+    EXPECT_TRUE(minted.ok()) << minted.status();
+    if (!minted.ok()) return {};
+    minted->record.mutable_created_at()->set_seconds(1700000300);
+    const absl::Status st = store().CreateApiKey(minted->record);
+    EXPECT_TRUE(st.ok()) << st;
+    if (token != nullptr) *token = minted->token;
+    return minted->record;
   }
   std::vector<std::string> JobIds(const JobQuery& q) {
     auto jobs = store().ListJobs(q);
@@ -172,6 +258,33 @@ class StoreContractTest : public ::testing::TestWithParam<StoreBackend> {
     }
     return ids;
   }
+  std::vector<std::string> EvaluatedIds(const std::string& job_id) {
+    auto evals = store().ListEvaluations(job_id);
+    EXPECT_TRUE(evals.ok()) << evals.status();
+    std::vector<std::string> ids;
+    if (evals.ok()) {
+      for (const auto& r : *evals) ids.push_back(r.candidate_id());
+    }
+    return ids;
+  }
+  std::vector<int64_t> EventSeqs(const std::string& job_id) {
+    auto ev = store().ListEvents(job_id, 1, 1000);
+    EXPECT_TRUE(ev.ok()) << ev.status();
+    std::vector<int64_t> out;
+    if (ev.ok()) {
+      for (const auto& e : *ev) out.push_back(e.sequence());
+    }
+    return out;
+  }
+  std::vector<int64_t> ModelCallSeqs(const std::string& job_id, int64_t from = 1, int limit = 1000) {
+    auto calls = store().ListModelCalls(job_id, from, limit);
+    EXPECT_TRUE(calls.ok()) << calls.status();
+    std::vector<int64_t> out;
+    if (calls.ok()) {
+      for (const auto& c : *calls) out.push_back(c.sequence());
+    }
+    return out;
+  }
 
   std::unique_ptr<StoreFactory> factory_;
   std::unique_ptr<Store> store_;
@@ -180,11 +293,16 @@ class StoreContractTest : public ::testing::TestWithParam<StoreBackend> {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
+inline void SleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
 // -- jobs --
 
 TEST_P(StoreContractTest, FreshStoreIsEmpty) {
   EXPECT_THAT(JobIds({}), IsEmpty());
   EXPECT_EQ(store().GetJob("j1").status().code(), absl::StatusCode::kNotFound);
+  auto tenants = store().ListTenants();
+  ASSERT_TRUE(tenants.ok()) << tenants.status();
+  EXPECT_THAT(*tenants, IsEmpty());
 }
 
 TEST_P(StoreContractTest, CreateThenGetRoundTripsTheWholeJob) {
@@ -192,7 +310,7 @@ TEST_P(StoreContractTest, CreateThenGetRoundTripsTheWholeJob) {
   MustCreateJob(job);
   auto got = store().GetJob("j1");
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_THAT(*got, EqualsProto(job));
+  EXPECT_THAT(*got, EqualsProto(AtVersion(job, 1)));
 }
 
 TEST_P(StoreContractTest, GetUnknownJobIsNotFound) {
@@ -204,30 +322,33 @@ TEST_P(StoreContractTest, GetUnknownJobIsNotFound) {
 TEST_P(StoreContractTest, CreateWithTakenIdIsAlreadyExistsAndKeepsTheFirst) {
   const v1::Job first = MakeContractJob("j1", "acme");
   MustCreateJob(first);
-  const absl::Status st = store().CreateJob(MakeContractJob("j1", "other-tenant"));
+  const absl::Status st = store().CreateJob(MakeContractJob("j1", "other-tenant")).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
   auto got = store().GetJob("j1");
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_THAT(*got, EqualsProto(first));
+  EXPECT_THAT(*got, EqualsProto(AtVersion(first, 1)));
   EXPECT_THAT(JobIds({}), ElementsAre("j1"));
 }
 
 TEST_P(StoreContractTest, UpdateReplacesTheStoredJob) {
   MustCreateJob(MakeContractJob("j1"));
   v1::Job updated = MakeContractJob("j1");
+  updated.set_version(1);
   updated.set_state(v1::JOB_STATE_COMPLETED);
   updated.set_state_reason("budget: max_candidates");
   updated.mutable_progress()->set_best_speedup(2.5);
   updated.mutable_progress()->mutable_outcome_counts()->erase("timeout");
   updated.mutable_best()->set_id("c7");
-  ASSERT_TRUE(store().UpdateJob(updated).ok());
+  auto v = store().UpdateJob(updated, kNoFence);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 2);
   auto got = store().GetJob("j1");
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_THAT(*got, EqualsProto(updated));
+  EXPECT_THAT(*got, EqualsProto(AtVersion(updated, 2)));
 }
 
 TEST_P(StoreContractTest, UpdateUnknownJobIsNotFoundAndCreatesNothing) {
-  const absl::Status st = store().UpdateJob(MakeContractJob("ghost"));
+  const absl::Status st = store().UpdateJob(AtVersion(MakeContractJob("ghost"), 1), kNoFence).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
   EXPECT_EQ(store().GetJob("ghost").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(JobIds({}), IsEmpty());
@@ -240,9 +361,7 @@ TEST_P(StoreContractTest, ListJobsIsNewestFirst) {
 
 TEST_P(StoreContractTest, ListJobsOrderIsByCreationNotByUpdate) {
   for (const char* id : {"j1", "j2", "j3"}) MustCreateJob(MakeContractJob(id));
-  v1::Job j1 = MakeContractJob("j1");
-  j1.set_state(v1::JOB_STATE_RUNNING);
-  ASSERT_TRUE(store().UpdateJob(j1).ok());
+  EXPECT_EQ(MustUpdate("j1", [](v1::Job& j) { j.set_state(v1::JOB_STATE_RUNNING); }), 2);
   EXPECT_THAT(JobIds({}), ElementsAre("j3", "j2", "j1"));
 }
 
@@ -283,8 +402,7 @@ TEST_P(StoreContractTest, ListJobsFiltersByStateAndSeesUpdates) {
   EXPECT_THAT(JobIds(q), ElementsAre("r1"));
 
   // The state filter follows UpdateJob.
-  v1::Job q1 = MakeContractJob("q1", "acme", "h", v1::JOB_STATE_RUNNING);
-  ASSERT_TRUE(store().UpdateJob(q1).ok());
+  EXPECT_EQ(MustUpdate("q1", [](v1::Job& j) { j.set_state(v1::JOB_STATE_RUNNING); }), 2);
   EXPECT_THAT(JobIds(q), ElementsAre("r1", "q1"));
   q.state = v1::JOB_STATE_QUEUED;
   EXPECT_THAT(JobIds(q), ElementsAre("q2"));
@@ -320,6 +438,353 @@ TEST_P(StoreContractTest, ListJobsLimitKeepsTheNewest) {
   EXPECT_THAT(JobIds(q), ElementsAre("j4", "j2"));
 }
 
+// -- job versions --
+
+TEST_P(StoreContractTest, CreateJobReturnsTheStoredJobAtVersionOne) {
+  v1::Job job = MakeContractJob("j1");
+  job.set_version(7);  // ignored: the store numbers versions
+  auto created = store().CreateJob(job);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_THAT(*created, EqualsProto(AtVersion(job, 1)));
+  auto got = store().GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version(), 1);
+  auto listed = store().ListJobs({});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].version(), 1);
+}
+
+TEST_P(StoreContractTest, EveryUpdateBumpsTheVersionByOne) {
+  MustCreateJob(MakeContractJob("j1"));
+  auto read = store().GetJob("j1");
+  ASSERT_TRUE(read.ok()) << read.status();
+  v1::Job job = *read;
+  job.set_state(v1::JOB_STATE_RUNNING);
+  auto v2 = store().UpdateJob(job, kNoFence);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(*v2, 2);
+  auto got = store().GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, EqualsProto(AtVersion(job, 2)));
+  auto listed = store().ListJobs({});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].version(), 2);
+
+  // The job as read back names the version the next update must carry.
+  got->set_state(v1::JOB_STATE_COMPLETED);
+  auto v3 = store().UpdateJob(*got, kNoFence);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(*v3, 3);
+  auto again = store().GetJob("j1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->version(), 3);
+  EXPECT_EQ(again->state(), v1::JOB_STATE_COMPLETED);
+}
+
+TEST_P(StoreContractTest, UpdateNamingAStaleVersionIsAbortedAndChangesNothing) {
+  MustCreateJob(MakeContractJob("j1"));
+  auto read = store().GetJob("j1");
+  ASSERT_TRUE(read.ok()) << read.status();
+  v1::Job first = *read;
+  first.set_state(v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(store().UpdateJob(first, kNoFence).value_or(-1), 2);
+
+  // A second writer that read version 1 too.
+  v1::Job late = *read;
+  late.set_state(v1::JOB_STATE_FAILED);
+  late.set_state_reason("late writer");
+  auto st = store().UpdateJob(late, kNoFence);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kAborted) << st.status();
+  // A version from the future is no better.
+  v1::Job ahead = AtVersion(first, 5);
+  ahead.set_state(v1::JOB_STATE_CANCELLED);
+  st = store().UpdateJob(ahead, kNoFence);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kAborted) << st.status();
+
+  auto got = store().GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, EqualsProto(AtVersion(first, 2)));
+  JobQuery q;
+  q.state = v1::JOB_STATE_FAILED;
+  EXPECT_THAT(JobIds(q), IsEmpty());
+}
+
+TEST_P(StoreContractTest, UpdateNamingNoVersionIsAbortedLikeAnyStaleOne) {
+  MustCreateJob(MakeContractJob("j1"));
+  v1::Job blind = MakeContractJob("j1");  // version 0: a blind replace
+  blind.set_state(v1::JOB_STATE_CANCELLED);
+  auto st = store().UpdateJob(blind, kNoFence);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kAborted) << st.status();
+  auto got = store().GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, EqualsProto(AtVersion(MakeContractJob("j1"), 1)));
+}
+
+// -- idempotent submits --
+
+TEST_P(StoreContractTest, ARetriedCreateWithTheSameKeyReturnsTheFirstJob) {
+  const v1::Job first = MakeKeyedJob("j1", "acme", "submit-42");
+  auto a = store().CreateJob(first);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_THAT(*a, EqualsProto(AtVersion(first, 1)));
+  v1::Job retry = MakeKeyedJob("j2", "acme", "submit-42");
+  retry.mutable_spec()->set_display_name("the retry");
+  auto b = store().CreateJob(retry);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_THAT(*b, EqualsProto(AtVersion(first, 1)));
+  EXPECT_EQ(store().GetJob("j2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(JobIds({}), ElementsAre("j1"));
+}
+
+TEST_P(StoreContractTest, ARetriedCreateReturnsTheFirstJobAsStoredNow) {
+  MustCreateJob(MakeKeyedJob("j1", "acme", "submit-42"));
+  ASSERT_EQ(MustUpdate("j1", [](v1::Job& j) { j.set_state(v1::JOB_STATE_RUNNING); }), 2);
+  auto b = store().CreateJob(MakeKeyedJob("j2", "acme", "submit-42"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->id(), "j1");
+  EXPECT_EQ(b->version(), 2);
+  EXPECT_EQ(b->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(JobIds({}), ElementsAre("j1"));
+}
+
+TEST_P(StoreContractTest, IdempotencyKeysArePerTenant) {
+  auto a = store().CreateJob(MakeKeyedJob("a1", "acme", "submit-42"));
+  auto b = store().CreateJob(MakeKeyedJob("o1", "other", "submit-42"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->id(), "a1");
+  EXPECT_EQ(b->id(), "o1");
+  EXPECT_THAT(JobIds({}), ElementsAre("o1", "a1"));
+  // Each tenant's key still dedupes within the tenant.
+  auto again = store().CreateJob(MakeKeyedJob("o2", "other", "submit-42"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), "o1");
+  EXPECT_THAT(JobIds({}), ElementsAre("o1", "a1"));
+}
+
+TEST_P(StoreContractTest, AnEmptyIdempotencyKeyNeverDedupes) {
+  for (const char* id : {"j1", "j2", "j3"}) {
+    auto r = store().CreateJob(MakeKeyedJob(id, "acme", ""));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->id(), id);
+  }
+  EXPECT_THAT(JobIds({}), ElementsAre("j3", "j2", "j1"));
+}
+
+// -- paging --
+
+TEST_P(StoreContractTest, ListJobsPagesWithAfterJobIdCoveringEveryJobOnce) {
+  // Ids out of alphabetical order: pages follow creation, not ids.
+  for (const char* id : {"m", "c", "x", "a", "q"}) MustCreateJob(MakeContractJob(id));
+  JobQuery q;
+  q.limit = 2;
+  std::vector<std::vector<std::string>> pages;
+  for (int i = 0; i < 6; ++i) {
+    pages.push_back(JobIds(q));
+    if (pages.back().empty()) break;
+    q.after_job_id = pages.back().back();
+  }
+  EXPECT_THAT(pages, ElementsAre(ElementsAre("q", "a"), ElementsAre("x", "c"), ElementsAre("m"), IsEmpty()));
+}
+
+TEST_P(StoreContractTest, ListJobsPagingCombinesWithFilters) {
+  MustCreateJob(MakeContractJob("a1", "acme"));
+  MustCreateJob(MakeContractJob("o1", "other"));
+  MustCreateJob(MakeContractJob("a2", "acme"));
+  MustCreateJob(MakeContractJob("o2", "other"));
+  MustCreateJob(MakeContractJob("a3", "acme"));
+  JobQuery q;
+  q.tenant = "acme";
+  q.after_job_id = "a3";
+  EXPECT_THAT(JobIds(q), ElementsAre("a2", "a1"));
+  // The cursor may name a job the filter leaves out: it still marks a point in creation order.
+  q.after_job_id = "o2";
+  EXPECT_THAT(JobIds(q), ElementsAre("a2", "a1"));
+  q.after_job_id = "o1";
+  EXPECT_THAT(JobIds(q), ElementsAre("a1"));
+  q.after_job_id = "a2";
+  q.limit = 1;
+  EXPECT_THAT(JobIds(q), ElementsAre("a1"));
+}
+
+TEST_P(StoreContractTest, ListJobsAfterAnUnknownJobIsAnEmptyList) {
+  for (const char* id : {"j1", "j2", "j3"}) MustCreateJob(MakeContractJob(id));
+  JobQuery q;
+  q.after_job_id = "ghost";
+  EXPECT_THAT(JobIds(q), IsEmpty());
+}
+
+// -- leases --
+
+TEST_P(StoreContractTest, ClaimingAFreshJobGivesAPositiveTokenAndReclaimingKeepsIt) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease a = MustClaim("j1", "coord-a", 60);
+  EXPECT_EQ(a.owner, "coord-a");
+  EXPECT_GT(a.token, 0);
+  const JobLease again = MustClaim("j1", "coord-a", 60);
+  EXPECT_EQ(again.owner, "coord-a");
+  EXPECT_EQ(again.token, a.token);
+}
+
+TEST_P(StoreContractTest, AnotherOwnerCannotClaimALiveLease) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease a = MustClaim("j1", "coord-a", 60);
+  auto b = store().ClaimJob("j1", "coord-b", 60);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  // The refused claim took nothing from the holder.
+  EXPECT_TRUE(store().RenewJobLease("j1", a, 60).ok());
+  EXPECT_EQ(MustClaim("j1", "coord-a", 60).token, a.token);
+  EXPECT_EQ(store().ClaimJob("j1", "coord-b", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(StoreContractTest, AnExpiredLeaseIsTakenOverWithALargerToken) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease a = MustClaim("j1", "coord-a", 0.3);
+  ASSERT_GT(a.token, 0);
+  SleepSeconds(0.5);
+  const JobLease b = MustClaim("j1", "coord-b", 60);
+  EXPECT_EQ(b.owner, "coord-b");
+  EXPECT_GT(b.token, a.token);
+  // The old owner has lost it: it can neither renew, reclaim nor release.
+  absl::Status st = store().RenewJobLease("j1", a, 60);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(store().ClaimJob("j1", "coord-a", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+  st = store().ReleaseJob("j1", a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  // ... and none of that disturbed the new owner.
+  EXPECT_TRUE(store().RenewJobLease("j1", b, 60).ok());
+  EXPECT_EQ(MustClaim("j1", "coord-b", 60).token, b.token);
+}
+
+TEST_P(StoreContractTest, RenewingKeepsALeaseAlivePastItsFirstExpiry) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease a = MustClaim("j1", "coord-a", 0.3);
+  const absl::Status st = store().RenewJobLease("j1", a, 60);
+  ASSERT_TRUE(st.ok()) << st;
+  SleepSeconds(0.5);
+  EXPECT_EQ(store().ClaimJob("j1", "coord-b", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MustClaim("j1", "coord-a", 60).token, a.token);
+}
+
+TEST_P(StoreContractTest, ReleaseLetsAnotherOwnerClaimAtOnceWithALargerToken) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease a = MustClaim("j1", "coord-a", 60);
+  const absl::Status st = store().ReleaseJob("j1", a);
+  ASSERT_TRUE(st.ok()) << st;
+  const JobLease b = MustClaim("j1", "coord-b", 60);
+  EXPECT_EQ(b.owner, "coord-b");
+  EXPECT_GT(b.token, a.token);
+  EXPECT_EQ(store().RenewJobLease("j1", a, 60).code(), absl::StatusCode::kFailedPrecondition);
+  // And back: every change of owner grows the token.
+  ASSERT_TRUE(store().ReleaseJob("j1", b).ok());
+  const JobLease a2 = MustClaim("j1", "coord-a", 60);
+  EXPECT_GT(a2.token, b.token);
+}
+
+TEST_P(StoreContractTest, LeasesArePerJob) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustCreateJob(MakeContractJob("j2"));
+  const JobLease a = MustClaim("j1", "coord-a", 60);
+  const JobLease b = MustClaim("j2", "coord-b", 60);
+  EXPECT_GT(a.token, 0);
+  EXPECT_GT(b.token, 0);
+  EXPECT_EQ(store().ClaimJob("j2", "coord-a", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store().ClaimJob("j1", "coord-b", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(StoreContractTest, LeasesOfUnknownJobAreNotFound) {
+  EXPECT_EQ(store().ClaimJob("ghost", "coord-a", 60).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().RenewJobLease("ghost", JobLease{"coord-a", 1}, 60).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().ReleaseJob("ghost", JobLease{"coord-a", 1}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().GetJob("ghost").status().code(), absl::StatusCode::kNotFound);
+}
+
+// -- fencing --
+
+TEST_P(StoreContractTest, WritesCarryingTheCurrentTokenSucceed) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease a = MustClaim("j1", "coord-a", 60);
+  ASSERT_GT(a.token, 0);
+  EXPECT_EQ(MustUpdate("j1", [](v1::Job& j) { j.set_state(v1::JOB_STATE_RUNNING); }, a.token), 2);
+  MustInsert(MakeContractCandidate("j1", "c0", "h0", 0), a.token);
+  auto put = store().PutEvaluations("j1", {MakeContractResult("j1", "c0", 1.5)}, a.token);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_THAT(*put, ElementsAre(PutOutcome::kStored));
+  EXPECT_EQ(store().AppendEvent(MakeContractEvent("j1", "started"), a.token).value_or(-1), 1);
+  EXPECT_EQ(store().AppendModelCall(MakeContractModelCall("j1", 0), a.token).value_or(-1), 1);
+}
+
+TEST_P(StoreContractTest, AfterATakeoverTheOldTokensWritesAreRefusedAndStoreNothing) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
+  const JobLease old_lease = MustClaim("j1", "coord-a", 0.3);
+  ASSERT_GT(old_lease.token, 0);
+  SleepSeconds(0.5);
+  const JobLease new_lease = MustClaim("j1", "coord-b", 60);
+  ASSERT_GT(new_lease.token, old_lease.token);
+  const int64_t stale = old_lease.token;
+
+  // UpdateJob, at the right version: only the fence is wrong.
+  auto job = store().GetJob("j1");
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::Job edited = *job;
+  edited.set_state(v1::JOB_STATE_FAILED);
+  edited.set_state_reason("stale coordinator");
+  auto upd = store().UpdateJob(edited, stale);
+  EXPECT_EQ(upd.status().code(), absl::StatusCode::kFailedPrecondition) << upd.status();
+  auto ins = store().InsertCandidate(MakeContractCandidate("j1", "c1", "h1", 1), stale);
+  EXPECT_EQ(ins.status().code(), absl::StatusCode::kFailedPrecondition) << ins.status();
+  auto puts = store().PutEvaluations("j1", {MakeContractResult("j1", "c0", 1.5)}, stale);
+  EXPECT_EQ(puts.status().code(), absl::StatusCode::kFailedPrecondition) << puts.status();
+  auto put = store().PutEvaluation(MakeContractResult("j1", "c0", 1.5), stale);
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kFailedPrecondition) << put.status();
+  auto ev = store().AppendEvent(MakeContractEvent("j1", "from the past"), stale);
+  EXPECT_EQ(ev.status().code(), absl::StatusCode::kFailedPrecondition) << ev.status();
+  auto mc = store().AppendModelCall(MakeContractModelCall("j1", 0), stale);
+  EXPECT_EQ(mc.status().code(), absl::StatusCode::kFailedPrecondition) << mc.status();
+
+  // Nothing of it was stored.
+  auto now = store().GetJob("j1");
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_THAT(*now, EqualsProto(*job));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0"));
+  EXPECT_THAT(EvaluatedIds("j1"), IsEmpty());
+  EXPECT_THAT(EventSeqs("j1"), IsEmpty());
+  EXPECT_THAT(ModelCallSeqs("j1"), IsEmpty());
+
+  // The new owner's token writes, and so does an unfenced writer (a user's cancel, admin tools).
+  edited.set_state(v1::JOB_STATE_RUNNING);
+  edited.set_state_reason("");
+  auto v = store().UpdateJob(edited, new_lease.token);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 2);
+  MustInsert(MakeContractCandidate("j1", "c1", "h1", 1), new_lease.token);
+  auto p1 = store().PutEvaluations("j1", {MakeContractResult("j1", "c0", 1.5)}, new_lease.token);
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  EXPECT_THAT(*p1, ElementsAre(PutOutcome::kStored));
+  EXPECT_EQ(store().AppendEvent(MakeContractEvent("j1", "taken over"), new_lease.token).value_or(-1), 1);
+  EXPECT_EQ(store().AppendModelCall(MakeContractModelCall("j1", 1), new_lease.token).value_or(-1), 1);
+
+  EXPECT_EQ(MustUpdate("j1", [](v1::Job& j) { j.set_state(v1::JOB_STATE_CANCELLED); }, kNoFence), 3);
+  MustInsert(MakeContractCandidate("j1", "c2", "h2", 2), kNoFence);
+  auto p2 = store().PutEvaluations("j1", {MakeContractResult("j1", "c1", 2.5)}, kNoFence);
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  EXPECT_THAT(*p2, ElementsAre(PutOutcome::kStored));
+  EXPECT_EQ(store().AppendEvent(MakeContractEvent("j1", "cancelled"), kNoFence).value_or(-1), 2);
+  EXPECT_EQ(store().AppendModelCall(MakeContractModelCall("j1", 2), kNoFence).value_or(-1), 2);
+
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c2"));
+  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0", "c1"));
+  EXPECT_THAT(EventSeqs("j1"), ElementsAre(1, 2));
+  EXPECT_THAT(ModelCallSeqs("j1"), ElementsAre(1, 2));
+  auto final_job = store().GetJob("j1");
+  ASSERT_TRUE(final_job.ok()) << final_job.status();
+  EXPECT_EQ(final_job->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(final_job->version(), 3);
+}
+
 // -- candidates --
 
 TEST_P(StoreContractTest, InsertCandidateRoundTrips) {
@@ -335,7 +800,7 @@ TEST_P(StoreContractTest, InsertCandidateRoundTrips) {
 TEST_P(StoreContractTest, InsertCandidateDedupesByContentHash) {
   MustCreateJob(MakeContractJob("j1"));
   MustInsert(MakeContractCandidate("j1", "c0", "same-hash", 0));
-  auto again = store().InsertCandidate(MakeContractCandidate("j1", "c1", "same-hash", 1));
+  auto again = store().InsertCandidate(MakeContractCandidate("j1", "c1", "same-hash", 1), kNoFence);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(*again);
   auto got = store().ListCandidates("j1");
@@ -350,7 +815,7 @@ TEST_P(StoreContractTest, InsertCandidateDedupesByContentHash) {
 TEST_P(StoreContractTest, InsertCandidateDedupesById) {
   MustCreateJob(MakeContractJob("j1"));
   MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
-  auto again = store().InsertCandidate(MakeContractCandidate("j1", "c0", "h-new", 1));
+  auto again = store().InsertCandidate(MakeContractCandidate("j1", "c0", "h-new", 1), kNoFence);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(*again);
   auto got = store().ListCandidates("j1");
@@ -367,7 +832,7 @@ TEST_P(StoreContractTest, ReinsertingTheSameCandidateIsIdempotent) {
   const v1::Candidate c = MakeContractCandidate("j1", "c0", "h0", 0);
   MustInsert(c);
   for (int i = 0; i < 3; ++i) {
-    auto again = store().InsertCandidate(c);
+    auto again = store().InsertCandidate(c, kNoFence);
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_FALSE(*again);
   }
@@ -407,7 +872,7 @@ TEST_P(StoreContractTest, ListCandidatesOfAJobWithNoneIsEmpty) {
 
 TEST_P(StoreContractTest, CandidatesOfUnknownJobAreNotFound) {
   MustCreateJob(MakeContractJob("j1"));
-  EXPECT_EQ(store().InsertCandidate(MakeContractCandidate("ghost", "c0", "h0", 0)).status().code(),
+  EXPECT_EQ(store().InsertCandidate(MakeContractCandidate("ghost", "c0", "h0", 0), kNoFence).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(store().ListCandidates("ghost").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(CandidateIds("j1"), IsEmpty());
@@ -419,7 +884,7 @@ TEST_P(StoreContractTest, PutEvaluationRoundTrips) {
   MustCreateJob(MakeContractJob("j1"));
   MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
   const v1::EvaluationResult r = MakeContractResult("j1", "c0", 1.5);
-  auto put = store().PutEvaluation(r);
+  auto put = store().PutEvaluation(r, kNoFence);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_TRUE(*put);
   auto got = store().ListEvaluations("j1");
@@ -432,15 +897,15 @@ TEST_P(StoreContractTest, PutEvaluationIsIdempotentAndKeepsTheFirst) {
   MustCreateJob(MakeContractJob("j1"));
   MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
   const v1::EvaluationResult first = MakeContractResult("j1", "c0", 1.5);
-  ASSERT_TRUE(store().PutEvaluation(first).value_or(false));
+  ASSERT_TRUE(store().PutEvaluation(first, kNoFence).value_or(false));
   // A redelivered (here: different) result for the same candidate changes nothing.
   v1::EvaluationResult second = MakeContractResult("j1", "c0", 9.0);
   second.set_outcome(v1::OUTCOME_TIMEOUT);
   second.set_worker_id("worker-2");
-  auto put = store().PutEvaluation(second);
+  auto put = store().PutEvaluation(second, kNoFence);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_FALSE(*put);
-  put = store().PutEvaluation(first);
+  put = store().PutEvaluation(first, kNoFence);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_FALSE(*put);
   auto got = store().ListEvaluations("j1");
@@ -453,12 +918,12 @@ TEST_P(StoreContractTest, PutEvaluationForUnknownCandidateIsNotFound) {
   MustCreateJob(MakeContractJob("j1"));
   MustCreateJob(MakeContractJob("j2"));
   MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
-  EXPECT_EQ(store().PutEvaluation(MakeContractResult("j1", "nope", 1.0)).status().code(),
+  EXPECT_EQ(store().PutEvaluation(MakeContractResult("j1", "nope", 1.0), kNoFence).status().code(),
             absl::StatusCode::kNotFound);
   // c0 exists, but in j1, not in j2.
-  EXPECT_EQ(store().PutEvaluation(MakeContractResult("j2", "c0", 1.0)).status().code(),
+  EXPECT_EQ(store().PutEvaluation(MakeContractResult("j2", "c0", 1.0), kNoFence).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(store().PutEvaluation(MakeContractResult("ghost", "c0", 1.0)).status().code(),
+  EXPECT_EQ(store().PutEvaluation(MakeContractResult("ghost", "c0", 1.0), kNoFence).status().code(),
             absl::StatusCode::kNotFound);
   for (const char* job : {"j1", "j2"}) {
     auto got = store().ListEvaluations(job);
@@ -466,7 +931,7 @@ TEST_P(StoreContractTest, PutEvaluationForUnknownCandidateIsNotFound) {
     EXPECT_THAT(*got, IsEmpty()) << job;
   }
   // The failed puts did not use up c0's slot.
-  EXPECT_TRUE(store().PutEvaluation(MakeContractResult("j1", "c0", 1.0)).value_or(false));
+  EXPECT_TRUE(store().PutEvaluation(MakeContractResult("j1", "c0", 1.0), kNoFence).value_or(false));
 }
 
 TEST_P(StoreContractTest, ListEvaluationsOfUnknownJobIsNotFound) {
@@ -480,13 +945,12 @@ TEST_P(StoreContractTest, ListEvaluationsIsInCandidateSequenceOrder) {
     MustInsert(MakeContractCandidate("j1", absl::StrCat("c", seq), absl::StrCat("h", seq), seq));
   }
   for (int64_t seq : {3, 1, 0}) {
-    ASSERT_TRUE(store().PutEvaluation(MakeContractResult("j1", absl::StrCat("c", seq), 1.0 + seq)).value_or(false));
+    ASSERT_TRUE(store()
+                    .PutEvaluation(MakeContractResult("j1", absl::StrCat("c", seq), 1.0 + static_cast<double>(seq)),
+                                   kNoFence)
+                    .value_or(false));
   }
-  auto got = store().ListEvaluations("j1");
-  ASSERT_TRUE(got.ok()) << got.status();
-  std::vector<std::string> ids;
-  for (const auto& r : *got) ids.push_back(r.candidate_id());
-  EXPECT_THAT(ids, ElementsAre("c0", "c1", "c3"));
+  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0", "c1", "c3"));
 }
 
 TEST_P(StoreContractTest, EvaluationsArePerJob) {
@@ -494,9 +958,9 @@ TEST_P(StoreContractTest, EvaluationsArePerJob) {
   MustCreateJob(MakeContractJob("j2"));
   MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
   MustInsert(MakeContractCandidate("j2", "c0", "h0", 0));  // same id, other job
-  ASSERT_TRUE(store().PutEvaluation(MakeContractResult("j1", "c0", 1.0)).value_or(false));
+  ASSERT_TRUE(store().PutEvaluation(MakeContractResult("j1", "c0", 1.0), kNoFence).value_or(false));
   // j2's c0 is a different candidate: its evaluation is not a duplicate.
-  ASSERT_TRUE(store().PutEvaluation(MakeContractResult("j2", "c0", 2.0)).value_or(false));
+  ASSERT_TRUE(store().PutEvaluation(MakeContractResult("j2", "c0", 2.0), kNoFence).value_or(false));
   auto e1 = store().ListEvaluations("j1");
   auto e2 = store().ListEvaluations("j2");
   ASSERT_TRUE(e1.ok() && e2.ok());
@@ -504,6 +968,72 @@ TEST_P(StoreContractTest, EvaluationsArePerJob) {
   ASSERT_EQ(e2->size(), 1u);
   EXPECT_DOUBLE_EQ((*e1)[0].speedup(), 1.0);
   EXPECT_DOUBLE_EQ((*e2)[0].speedup(), 2.0);
+}
+
+// -- evaluation batches --
+
+TEST_P(StoreContractTest, PutEvaluationsReportsAnOutcomePerResult) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustCreateJob(MakeContractJob("j2"));
+  for (int64_t seq : {0, 1, 2}) {
+    MustInsert(MakeContractCandidate("j1", absl::StrCat("c", seq), absl::StrCat("h", seq), seq));
+  }
+  MustInsert(MakeContractCandidate("j2", "c2", "h2", 0));  // c2 in both jobs
+  const v1::EvaluationResult stored_before = MakeContractResult("j1", "c0", 1.0);
+  ASSERT_TRUE(store().PutEvaluation(stored_before, kNoFence).value_or(false));
+
+  const v1::EvaluationResult fresh = MakeContractResult("j1", "c1", 2.0);
+  const std::vector<v1::EvaluationResult> batch = {
+      fresh,                                  // new
+      MakeContractResult("j1", "c0", 9.0),    // c0 already has one
+      MakeContractResult("j1", "nope", 3.0),  // no such candidate
+      MakeContractResult("j2", "c2", 4.0),    // names another job (whose c2 exists, as does j1's)
+  };
+  auto out = store().PutEvaluations("j1", batch, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, ElementsAre(PutOutcome::kStored, PutOutcome::kDuplicate, PutOutcome::kUnknownCandidate,
+                                PutOutcome::kUnknownCandidate));
+
+  auto got = store().ListEvaluations("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_THAT((*got)[0], EqualsProto(stored_before));
+  EXPECT_THAT((*got)[1], EqualsProto(fresh));
+  // The result that named j2 was stored in neither job.
+  EXPECT_THAT(EvaluatedIds("j2"), IsEmpty());
+  EXPECT_TRUE(store().PutEvaluation(MakeContractResult("j1", "c2", 5.0), kNoFence).value_or(false));
+  EXPECT_TRUE(store().PutEvaluation(MakeContractResult("j2", "c2", 6.0), kNoFence).value_or(false));
+}
+
+TEST_P(StoreContractTest, PutEvaluationsOfOneCandidateTwiceInABatchStoresTheFirst) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
+  const v1::EvaluationResult first = MakeContractResult("j1", "c0", 1.0);
+  v1::EvaluationResult second = MakeContractResult("j1", "c0", 7.0);
+  second.set_worker_id("worker-2");
+  auto out = store().PutEvaluations("j1", {first, second}, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, ElementsAre(PutOutcome::kStored, PutOutcome::kDuplicate));
+  auto got = store().ListEvaluations("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_THAT((*got)[0], EqualsProto(first));
+}
+
+TEST_P(StoreContractTest, PutEvaluationsOfAnEmptyBatchIsOk) {
+  MustCreateJob(MakeContractJob("j1"));
+  auto out = store().PutEvaluations("j1", {}, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, IsEmpty());
+  EXPECT_THAT(EvaluatedIds("j1"), IsEmpty());
+}
+
+TEST_P(StoreContractTest, PutEvaluationsForUnknownJobIsNotFound) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
+  auto out = store().PutEvaluations("ghost", {MakeContractResult("ghost", "c0", 1.0)}, kNoFence);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kNotFound) << out.status();
+  EXPECT_THAT(EvaluatedIds("j1"), IsEmpty());
 }
 
 // -- events --
@@ -515,11 +1045,11 @@ TEST_P(StoreContractTest, EventSequencesStartAtOneAndArePerJob) {
   for (int i = 0; i < 3; ++i) {
     v1::JobEvent e = MakeContractEvent("a", absl::StrCat("a", i));
     e.set_sequence(77);  // ignored: the store assigns
-    auto sa = store().AppendEvent(e);
+    auto sa = store().AppendEvent(e, kNoFence);
     ASSERT_TRUE(sa.ok()) << sa.status();
     a_seqs.push_back(*sa);
     if (i < 2) {
-      auto sb = store().AppendEvent(MakeContractEvent("b", absl::StrCat("b", i)));
+      auto sb = store().AppendEvent(MakeContractEvent("b", absl::StrCat("b", i)), kNoFence);
       ASSERT_TRUE(sb.ok()) << sb.status();
       b_seqs.push_back(*sb);
     }
@@ -527,7 +1057,7 @@ TEST_P(StoreContractTest, EventSequencesStartAtOneAndArePerJob) {
   EXPECT_THAT(a_seqs, ElementsAre(1, 2, 3));
   EXPECT_THAT(b_seqs, ElementsAre(1, 2));
 
-  auto a = store().ListEvents("a", 1);
+  auto a = store().ListEvents("a", 1, 1000);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_EQ(a->size(), 3u);
   for (int i = 0; i < 3; ++i) {
@@ -535,7 +1065,7 @@ TEST_P(StoreContractTest, EventSequencesStartAtOneAndArePerJob) {
     want.set_sequence(i + 1);
     EXPECT_THAT((*a)[i], EqualsProto(want));
   }
-  auto b = store().ListEvents("b", 0);
+  auto b = store().ListEvents("b", 0, 1000);
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(b->size(), 2u);
   EXPECT_EQ((*b)[0].message(), "b0");
@@ -544,7 +1074,9 @@ TEST_P(StoreContractTest, EventSequencesStartAtOneAndArePerJob) {
 
 TEST_P(StoreContractTest, ListEventsHonoursFromAndLimit) {
   MustCreateJob(MakeContractJob("j1"));
-  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(store().AppendEvent(MakeContractEvent("j1", absl::StrCat("m", i))).ok());
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_TRUE(store().AppendEvent(MakeContractEvent("j1", absl::StrCat("m", i)), kNoFence).ok());
+  }
   auto seqs = [&](int64_t from, int limit) {
     auto ev = store().ListEvents("j1", from, limit);
     EXPECT_TRUE(ev.ok()) << ev.status();
@@ -561,20 +1093,302 @@ TEST_P(StoreContractTest, ListEventsHonoursFromAndLimit) {
   EXPECT_THAT(seqs(5, 10), ElementsAre(5));
   EXPECT_THAT(seqs(6, 10), IsEmpty());
   EXPECT_THAT(seqs(1, 1), ElementsAre(1));
-  // Default limit.
-  auto all = store().ListEvents("j1", 4);
-  ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->size(), 2u);
+  EXPECT_THAT(seqs(4, 1000), ElementsAre(4, 5));
 }
 
 TEST_P(StoreContractTest, EventsOfUnknownJobAreNotFound) {
-  EXPECT_EQ(store().AppendEvent(MakeContractEvent("ghost", "x")).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store().ListEvents("ghost", 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().AppendEvent(MakeContractEvent("ghost", "x"), kNoFence).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().ListEvents("ghost", 1, 1000).status().code(), absl::StatusCode::kNotFound);
   // A later job of that name starts at 1.
   MustCreateJob(MakeContractJob("ghost"));
-  auto s = store().AppendEvent(MakeContractEvent("ghost", "x"));
+  auto s = store().AppendEvent(MakeContractEvent("ghost", "x"), kNoFence);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(*s, 1);
+}
+
+// -- model calls --
+
+TEST_P(StoreContractTest, ModelCallSequencesStartAtOnePerJobAndRoundTrip) {
+  MustCreateJob(MakeContractJob("a"));
+  MustCreateJob(MakeContractJob("b"));
+  std::vector<int64_t> a_seqs, b_seqs;
+  for (int64_t p = 0; p < 3; ++p) {
+    v1::ModelCall call = MakeContractModelCall("a", p);
+    call.set_sequence(99);  // ignored: the store assigns
+    auto sa = store().AppendModelCall(call, kNoFence);
+    ASSERT_TRUE(sa.ok()) << sa.status();
+    a_seqs.push_back(*sa);
+    if (p < 2) {
+      auto sb = store().AppendModelCall(MakeContractModelCall("b", 10 + p), kNoFence);
+      ASSERT_TRUE(sb.ok()) << sb.status();
+      b_seqs.push_back(*sb);
+    }
+  }
+  EXPECT_THAT(a_seqs, ElementsAre(1, 2, 3));
+  EXPECT_THAT(b_seqs, ElementsAre(1, 2));
+
+  auto a = store().ListModelCalls("a", 1, 1000);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->size(), 3u);
+  for (int64_t p = 0; p < 3; ++p) {
+    v1::ModelCall want = MakeContractModelCall("a", p);
+    want.set_sequence(p + 1);
+    EXPECT_THAT((*a)[static_cast<size_t>(p)], EqualsProto(want));
+  }
+  auto b = store().ListModelCalls("b", 0, 1000);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->size(), 2u);
+  for (int64_t p = 0; p < 2; ++p) {
+    v1::ModelCall want = MakeContractModelCall("b", 10 + p);
+    want.set_sequence(p + 1);
+    EXPECT_THAT((*b)[static_cast<size_t>(p)], EqualsProto(want));
+  }
+  // Model calls and events are numbered apart.
+  EXPECT_EQ(store().AppendEvent(MakeContractEvent("a", "e"), kNoFence).value_or(-1), 1);
+}
+
+TEST_P(StoreContractTest, ListModelCallsHonoursFromAndLimit) {
+  MustCreateJob(MakeContractJob("j1"));
+  for (int64_t p = 0; p < 5; ++p) ASSERT_TRUE(store().AppendModelCall(MakeContractModelCall("j1", p), kNoFence).ok());
+  EXPECT_THAT(ModelCallSeqs("j1", 1, 1000), ElementsAre(1, 2, 3, 4, 5));
+  EXPECT_THAT(ModelCallSeqs("j1", 0, 1000), ElementsAre(1, 2, 3, 4, 5));
+  EXPECT_THAT(ModelCallSeqs("j1", 3, 1000), ElementsAre(3, 4, 5));
+  EXPECT_THAT(ModelCallSeqs("j1", 2, 2), ElementsAre(2, 3));
+  EXPECT_THAT(ModelCallSeqs("j1", 5, 10), ElementsAre(5));
+  EXPECT_THAT(ModelCallSeqs("j1", 6, 10), IsEmpty());
+  EXPECT_THAT(ModelCallSeqs("j1", 1, 1), ElementsAre(1));
+}
+
+TEST_P(StoreContractTest, ModelCallsOfUnknownJobAreNotFound) {
+  EXPECT_EQ(store().AppendModelCall(MakeContractModelCall("ghost", 0), kNoFence).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().ListModelCalls("ghost", 1, 1000).status().code(), absl::StatusCode::kNotFound);
+  MustCreateJob(MakeContractJob("ghost"));
+  EXPECT_EQ(store().AppendModelCall(MakeContractModelCall("ghost", 0), kNoFence).value_or(-1), 1);
+}
+
+// -- tenants --
+
+TEST_P(StoreContractTest, TenantsRoundTripAndListByName) {
+  for (const char* name : {"zeta", "alpha", "mid-1"}) MustCreateTenant(name);
+  for (const char* name : {"zeta", "alpha", "mid-1"}) {
+    auto got = store().GetTenant(name);
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status();
+    EXPECT_THAT(*got, EqualsProto(MakeContractTenant(name)));
+  }
+  auto all = store().ListTenants();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_THAT((*all)[0], EqualsProto(MakeContractTenant("alpha")));
+  EXPECT_THAT((*all)[1], EqualsProto(MakeContractTenant("mid-1")));
+  EXPECT_THAT((*all)[2], EqualsProto(MakeContractTenant("zeta")));
+}
+
+TEST_P(StoreContractTest, CreateTenantWithATakenNameIsAlreadyExistsAndKeepsTheFirst) {
+  MustCreateTenant("acme");
+  v1::Tenant again = MakeContractTenant("acme");
+  again.set_display_name("Impostor");
+  const absl::Status st = store().CreateTenant(again);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  auto got = store().GetTenant("acme");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, EqualsProto(MakeContractTenant("acme")));
+  auto all = store().ListTenants();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 1u);
+}
+
+TEST_P(StoreContractTest, UpdateTenantReplacesDisplayNameAndQuota) {
+  MustCreateTenant("acme");
+  MustCreateTenant("other");
+  v1::Tenant changed = MakeContractTenant("acme");
+  changed.set_display_name("ACME Corp");
+  changed.mutable_quota()->set_max_running_jobs(10);
+  changed.mutable_quota()->set_max_evaluations_per_hour(0);  // back to the cluster's default
+  changed.mutable_quota()->set_max_in_flight(128);
+  const absl::Status st = store().UpdateTenant(changed);
+  ASSERT_TRUE(st.ok()) << st;
+  auto got = store().GetTenant("acme");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->display_name(), "ACME Corp");
+  EXPECT_EQ(got->quota().max_running_jobs(), 10);
+  EXPECT_EQ(got->quota().max_evaluations_per_hour(), 0);
+  EXPECT_EQ(got->quota().max_in_flight(), 128);
+  EXPECT_THAT(got->created_at(), EqualsProto(MakeContractTenant("acme").created_at()));
+  // Only that tenant changed.
+  auto other = store().GetTenant("other");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_THAT(*other, EqualsProto(MakeContractTenant("other")));
+}
+
+TEST_P(StoreContractTest, UpdateTenantKeepsItsCreationTime) {
+  MustCreateTenant("acme");
+  v1::Tenant changed = MakeContractTenant("acme");
+  changed.set_display_name("ACME Corp");
+  changed.mutable_created_at()->set_seconds(1800000000);
+  ASSERT_TRUE(store().UpdateTenant(changed).ok());
+  auto got = store().GetTenant("acme");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->display_name(), "ACME Corp");
+  EXPECT_EQ(got->created_at().seconds(), 1690000000);
+}
+
+TEST_P(StoreContractTest, UnknownTenantIsNotFoundForGetAndUpdate) {
+  MustCreateTenant("acme");
+  EXPECT_EQ(store().GetTenant("ghost").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().GetTenant("").status().code(), absl::StatusCode::kNotFound);
+  const absl::Status st = store().UpdateTenant(MakeContractTenant("ghost"));
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  // The refused update created nothing.
+  EXPECT_EQ(store().GetTenant("ghost").status().code(), absl::StatusCode::kNotFound);
+  auto all = store().ListTenants();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].name(), "acme");
+}
+
+// -- API keys --
+
+TEST_P(StoreContractTest, AnApiKeyIsFoundByTheHashOfItsToken) {
+  MustCreateTenant("acme");
+  std::string t1, t2;
+  const v1::ApiKey k1 = MustCreateKey("acme", "ci", &t1);
+  const v1::ApiKey k2 = MustCreateKey("acme", "worker", &t2, /*service=*/true);
+  ASSERT_FALSE(t1.empty());
+  ASSERT_FALSE(t2.empty());
+  auto f1 = store().FindApiKey(ApiKeyHash(t1));
+  ASSERT_TRUE(f1.ok()) << f1.status();
+  EXPECT_THAT(*f1, EqualsProto(k1));
+  auto f2 = store().FindApiKey(ApiKeyHash(t2));
+  ASSERT_TRUE(f2.ok()) << f2.status();
+  EXPECT_THAT(*f2, EqualsProto(k2));
+  EXPECT_TRUE(f2->service());
+}
+
+TEST_P(StoreContractTest, TheStoredApiKeyNeverHoldsTheToken) {
+  MustCreateTenant("acme");
+  std::string token;
+  MustCreateKey("acme", "ci", &token);
+  ASSERT_FALSE(token.empty());
+  const std::string secret = token.substr(token.rfind('_') + 1);
+  ASSERT_EQ(secret.size(), 64u);
+  std::vector<v1::ApiKey> seen;
+  auto found = store().FindApiKey(ApiKeyHash(token));
+  ASSERT_TRUE(found.ok()) << found.status();
+  seen.push_back(*found);
+  auto listed = store().ListApiKeys("acme");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  seen.push_back((*listed)[0]);
+  for (const v1::ApiKey& k : seen) {
+    EXPECT_EQ(k.secret_sha256(), ApiKeyHash(token));
+    const std::string bytes = k.SerializeAsString();
+    EXPECT_EQ(bytes.find(secret), std::string::npos) << "the secret is in the stored record";
+    EXPECT_EQ(bytes.find(token), std::string::npos) << "the token is in the stored record";
+  }
+}
+
+TEST_P(StoreContractTest, FindApiKeyOfAWrongTokenIsNotFound) {
+  MustCreateTenant("acme");
+  std::string token;
+  MustCreateKey("acme", "ci", &token);
+  ASSERT_FALSE(token.empty());
+  EXPECT_EQ(store().FindApiKey(ApiKeyHash(token + "x")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().FindApiKey(token).status().code(), absl::StatusCode::kNotFound);  // the token is no hash
+  EXPECT_EQ(store().FindApiKey("").status().code(), absl::StatusCode::kNotFound);
+  auto unstored = MintApiKey("acme", "never stored", false);
+  ASSERT_TRUE(unstored.ok()) << unstored.status();
+  EXPECT_EQ(store().FindApiKey(ApiKeyHash(unstored->token)).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(StoreContractTest, ARevokedApiKeyIsNotFoundButStillListed) {
+  MustCreateTenant("acme");
+  std::string t1, t2;
+  v1::ApiKey k1 = MustCreateKey("acme", "ci", &t1);
+  v1::ApiKey k2 = MustCreateKey("acme", "laptop", &t2);
+  absl::Status st = store().RevokeApiKey(k1.id());
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(store().FindApiKey(ApiKeyHash(t1)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store().FindApiKey(ApiKeyHash(t2)).ok());  // only that key
+  // Revoking twice is fine and changes nothing more.
+  st = store().RevokeApiKey(k1.id());
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(store().FindApiKey(ApiKeyHash(t1)).status().code(), absl::StatusCode::kNotFound);
+
+  k1.set_revoked(true);
+  std::vector<v1::ApiKey> want = {k1, k2};
+  std::sort(want.begin(), want.end(), [](const v1::ApiKey& a, const v1::ApiKey& b) { return a.id() < b.id(); });
+  auto listed = store().ListApiKeys("acme");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_THAT((*listed)[0], EqualsProto(want[0]));
+  EXPECT_THAT((*listed)[1], EqualsProto(want[1]));
+}
+
+TEST_P(StoreContractTest, RevokingAnUnknownApiKeyIsNotFound) {
+  MustCreateTenant("acme");
+  std::string token;
+  MustCreateKey("acme", "ci", &token);
+  const absl::Status st = store().RevokeApiKey("kf_000000000000");
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_TRUE(store().FindApiKey(ApiKeyHash(token)).ok());
+}
+
+TEST_P(StoreContractTest, AnApiKeyForAnUnknownTenantIsNotFoundAndNotStored) {
+  MustCreateTenant("acme");
+  auto minted = MintApiKey("ghost", "ci", false);
+  ASSERT_TRUE(minted.ok()) << minted.status();
+  const absl::Status st = store().CreateApiKey(minted->record);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_EQ(store().FindApiKey(ApiKeyHash(minted->token)).status().code(), absl::StatusCode::kNotFound);
+  auto listed = store().ListApiKeys("acme");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, IsEmpty());
+}
+
+TEST_P(StoreContractTest, AnApiKeyWithATakenIdOrHashIsAlreadyExists) {
+  MustCreateTenant("acme");
+  std::string token;
+  const v1::ApiKey first = MustCreateKey("acme", "ci", &token);
+
+  auto other = MintApiKey("acme", "copycat", false);
+  ASSERT_TRUE(other.ok()) << other.status();
+  v1::ApiKey same_id = other->record;
+  same_id.set_id(first.id());
+  absl::Status st = store().CreateApiKey(same_id);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  EXPECT_EQ(store().FindApiKey(ApiKeyHash(other->token)).status().code(), absl::StatusCode::kNotFound);
+
+  v1::ApiKey same_hash = other->record;
+  same_hash.set_secret_sha256(first.secret_sha256());
+  st = store().CreateApiKey(same_hash);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+
+  auto found = store().FindApiKey(ApiKeyHash(token));
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_THAT(*found, EqualsProto(first));
+  auto listed = store().ListApiKeys("acme");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 1u);
+}
+
+TEST_P(StoreContractTest, ListApiKeysIsPerTenantAndById) {
+  MustCreateTenant("acme");
+  MustCreateTenant("other");
+  std::vector<std::string> acme_ids;
+  for (int i = 0; i < 4; ++i) acme_ids.push_back(MustCreateKey("acme", absl::StrCat("k", i), nullptr).id());
+  const v1::ApiKey theirs = MustCreateKey("other", "theirs", nullptr);
+  std::sort(acme_ids.begin(), acme_ids.end());
+  auto listed = store().ListApiKeys("acme");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::vector<std::string> ids;
+  for (const auto& k : *listed) ids.push_back(k.id());
+  EXPECT_EQ(ids, acme_ids);
+  auto other = store().ListApiKeys("other");
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_EQ(other->size(), 1u);
+  EXPECT_THAT((*other)[0], EqualsProto(theirs));
 }
 
 // -- concurrency --
@@ -606,14 +1420,14 @@ TEST_P(StoreContractTest, ConcurrentInsertsLoseNothingAndNeverDuplicate) {
       while (!go.load()) std::this_thread::yield();
       int i = 0;
       for (const v1::Candidate& c : work) {
-        auto r = store().InsertCandidate(c);
+        auto r = store().InsertCandidate(c, kNoFence);
         if (!r.ok()) {
           ++errors;
         } else if (*r && c.id().starts_with("shared")) {
           ++shared_wins;
         }
         // Events on another job at the same time.
-        if (!store().AppendEvent(MakeContractEvent("j2", absl::StrCat(t, ":", i++))).ok()) ++errors;
+        if (!store().AppendEvent(MakeContractEvent("j2", absl::StrCat(t, ":", i++)), kNoFence).ok()) ++errors;
       }
     });
   }
@@ -666,7 +1480,7 @@ TEST_P(StoreContractTest, ConcurrentEvaluationsOfTheSameCandidateStoreOne) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCandidates; ++i) {
-        auto r = store().PutEvaluation(MakeContractResult("j1", absl::StrCat("c", i), 1.0 + t));
+        auto r = store().PutEvaluation(MakeContractResult("j1", absl::StrCat("c", i), 1.0 + t), kNoFence);
         if (!r.ok()) {
           ++errors;
         } else if (*r) {
@@ -682,6 +1496,103 @@ TEST_P(StoreContractTest, ConcurrentEvaluationsOfTheSameCandidateStoreOne) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), static_cast<size_t>(kCandidates));
   for (int i = 0; i < kCandidates; ++i) EXPECT_EQ((*got)[i].candidate_id(), absl::StrCat("c", i));
+}
+
+TEST_P(StoreContractTest, ConcurrentClaimsOfOneJobHaveExactlyOneWinner) {
+  constexpr int kThreads = 8;
+  constexpr int kJobs = 5;
+  for (int j = 0; j < kJobs; ++j) MustCreateJob(MakeContractJob(absl::StrCat("j", j)));
+  for (int j = 0; j < kJobs; ++j) {
+    const std::string job_id = absl::StrCat("j", j);
+    std::atomic<bool> go{false};
+    std::vector<absl::StatusOr<JobLease>> results(kThreads, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        while (!go.load()) std::this_thread::yield();
+        results[t] = store().ClaimJob(job_id, absl::StrCat("coord-", t), 60);
+      });
+    }
+    go = true;
+    for (auto& th : threads) th.join();
+    int winners = 0;
+    std::string winner;
+    for (int t = 0; t < kThreads; ++t) {
+      if (results[t].ok()) {
+        ++winners;
+        winner = results[t]->owner;
+        EXPECT_EQ(results[t]->owner, absl::StrCat("coord-", t));
+        EXPECT_GT(results[t]->token, 0);
+      } else {
+        EXPECT_EQ(results[t].status().code(), absl::StatusCode::kFailedPrecondition)
+            << job_id << " coord-" << t << ": " << results[t].status();
+      }
+    }
+    EXPECT_EQ(winners, 1) << job_id;
+    // The lease the store kept is the winner's.
+    for (int t = 0; t < kThreads; ++t) {
+      const std::string owner = absl::StrCat("coord-", t);
+      EXPECT_EQ(store().ClaimJob(job_id, owner, 60).ok(), owner == winner) << job_id << " " << owner;
+    }
+  }
+}
+
+TEST_P(StoreContractTest, ConcurrentReadModifyWriteUpdatesLoseNoIncrement) {
+  constexpr int kThreads = 6;
+  constexpr int kIncrements = 10;
+  MustCreateJob(MakeContractJob("j1"));
+  std::mutex mu;
+  std::vector<std::string> errors;  // anything but success or Aborted
+  auto fail = [&](std::string what) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back(std::move(what));
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kIncrements; ++i) {
+        for (int attempt = 0;; ++attempt) {
+          if (attempt > 10000) return fail("no progress after 10000 attempts");
+          auto job = store().GetJob("j1");
+          if (!job.ok()) return fail(absl::StrCat("GetJob: ", job.status().ToString()));
+          job->mutable_progress()->set_evaluations(job->progress().evaluations() + 1);
+          auto v = store().UpdateJob(*job, kNoFence);
+          if (v.ok()) break;
+          if (v.status().code() != absl::StatusCode::kAborted) {
+            return fail(absl::StrCat("UpdateJob: ", v.status().ToString()));
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_THAT(errors, IsEmpty());
+  auto got = store().GetJob("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->progress().evaluations(), kThreads * kIncrements);
+  EXPECT_EQ(got->version(), 1 + kThreads * kIncrements);
+}
+
+TEST_P(StoreContractTest, ConcurrentRetriedCreatesWithOneKeyStoreOneJob) {
+  constexpr int kThreads = 8;
+  std::atomic<bool> go{false};
+  std::vector<absl::StatusOr<v1::Job>> results(kThreads, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      results[t] = store().CreateJob(MakeKeyedJob(absl::StrCat("j", t), "acme", "submit-42"));
+    });
+  }
+  go = true;
+  for (auto& th : threads) th.join();
+  const std::vector<std::string> ids = JobIds({});
+  ASSERT_EQ(ids.size(), 1u);
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(results[t].ok()) << "thread " << t << ": " << results[t].status();
+    EXPECT_EQ(results[t]->id(), ids[0]) << "thread " << t;
+    EXPECT_EQ(results[t]->version(), 1);
+  }
 }
 
 }  // namespace kforge::testing

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/store/api_key.h"
 #include "common/store/memory_store.h"
 #include "common/store/sqlite_store.h"
 #include "gmock/gmock.h"
@@ -99,18 +100,18 @@ TEST(SqliteStoreTest, DataSurvivesCloseAndReopen) {
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(s->CreateJob(MakeContractJob("j0")).ok());
     ASSERT_TRUE(s->CreateJob(job).ok());
-    ASSERT_TRUE(s->InsertCandidate(MakeContractCandidate("j1", "c1", "h1", 1)).value_or(false));
-    ASSERT_TRUE(s->InsertCandidate(MakeContractCandidate("j1", "c0", "h0", 0)).value_or(false));
-    ASSERT_TRUE(s->PutEvaluation(MakeContractResult("j1", "c0", 1.25)).value_or(false));
-    ASSERT_TRUE(s->AppendEvent(MakeContractEvent("j1", "started")).ok());
-    ASSERT_TRUE(s->AppendEvent(MakeContractEvent("j1", "improved")).ok());
+    ASSERT_TRUE(s->InsertCandidate(MakeContractCandidate("j1", "c1", "h1", 1), kNoFence).value_or(false));
+    ASSERT_TRUE(s->InsertCandidate(MakeContractCandidate("j1", "c0", "h0", 0), kNoFence).value_or(false));
+    ASSERT_TRUE(s->PutEvaluation(MakeContractResult("j1", "c0", 1.25), kNoFence).value_or(false));
+    ASSERT_TRUE(s->AppendEvent(MakeContractEvent("j1", "started"), kNoFence).ok());
+    ASSERT_TRUE(s->AppendEvent(MakeContractEvent("j1", "improved"), kNoFence).ok());
   }
   ASSERT_TRUE(std::filesystem::exists(path));
   auto s = MustOpen(path);
   ASSERT_NE(s, nullptr);
   auto got = s->GetJob("j1");
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_THAT(*got, EqualsProto(job));
+  EXPECT_THAT(*got, EqualsProto(AtVersion(job, 1)));
   auto jobs = s->ListJobs({});
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 2u);
@@ -122,7 +123,7 @@ TEST(SqliteStoreTest, DataSurvivesCloseAndReopen) {
   EXPECT_THAT((*cands)[0], EqualsProto(MakeContractCandidate("j1", "c0", "h0", 0)));
   EXPECT_THAT((*cands)[1], EqualsProto(MakeContractCandidate("j1", "c1", "h1", 1)));
   // Dedupe state survives: the same hash is still refused.
-  auto dup = s->InsertCandidate(MakeContractCandidate("j1", "c9", "h0", 9));
+  auto dup = s->InsertCandidate(MakeContractCandidate("j1", "c9", "h0", 9), kNoFence);
   ASSERT_TRUE(dup.ok());
   EXPECT_FALSE(*dup);
 
@@ -130,15 +131,14 @@ TEST(SqliteStoreTest, DataSurvivesCloseAndReopen) {
   ASSERT_TRUE(evals.ok()) << evals.status();
   ASSERT_EQ(evals->size(), 1u);
   EXPECT_THAT((*evals)[0], EqualsProto(MakeContractResult("j1", "c0", 1.25)));
-  EXPECT_FALSE(s->PutEvaluation(MakeContractResult("j1", "c0", 7.0)).value_or(true));
+  EXPECT_FALSE(s->PutEvaluation(MakeContractResult("j1", "c0", 7.0), kNoFence).value_or(true));
 
-  // Through the Store interface: the overrides do not repeat the default limit.
-  auto events = static_cast<Store&>(*s).ListEvents("j1", 1);
+  auto events = static_cast<Store&>(*s).ListEvents("j1", 1, 1000);
   ASSERT_TRUE(events.ok()) << events.status();
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[1].message(), "improved");
   // Sequence numbering continues after the reopen.
-  auto next = s->AppendEvent(MakeContractEvent("j1", "after reopen"));
+  auto next = s->AppendEvent(MakeContractEvent("j1", "after reopen"), kNoFence);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, 3);
 }
@@ -229,7 +229,7 @@ TEST(SqliteStoreTest, ADamagedFileIsRefusedNamingIt) {
     for (int i = 0; i < 300; ++i) {
       v1::Candidate c = MakeContractCandidate("j1", absl::StrCat("c", i), absl::StrCat("h", i), i);
       c.set_source(std::string(2000, static_cast<char>('a' + i % 26)));
-      ASSERT_TRUE(s->InsertCandidate(c).value_or(false));
+      ASSERT_TRUE(s->InsertCandidate(c, kNoFence).value_or(false));
     }
   }                                        // closing checkpoints the WAL into the file
   ASSERT_TRUE(MustOpen(path) != nullptr);  // intact: opens
@@ -258,14 +258,167 @@ TEST(SqliteStoreTest, TwoStoresOnOneFileSeeEachOthersWrites) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(a->CreateJob(MakeContractJob("j1")).ok());
-  EXPECT_EQ(b->CreateJob(MakeContractJob("j1")).code(), absl::StatusCode::kAlreadyExists);
-  ASSERT_TRUE(b->InsertCandidate(MakeContractCandidate("j1", "c0", "h0", 0)).value_or(false));
-  EXPECT_FALSE(a->InsertCandidate(MakeContractCandidate("j1", "c1", "h0", 1)).value_or(true));
-  auto ea = a->AppendEvent(MakeContractEvent("j1", "from a"));
-  auto eb = b->AppendEvent(MakeContractEvent("j1", "from b"));
+  EXPECT_EQ(b->CreateJob(MakeContractJob("j1")).status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(b->InsertCandidate(MakeContractCandidate("j1", "c0", "h0", 0), kNoFence).value_or(false));
+  EXPECT_FALSE(a->InsertCandidate(MakeContractCandidate("j1", "c1", "h0", 1), kNoFence).value_or(true));
+  auto ea = a->AppendEvent(MakeContractEvent("j1", "from a"), kNoFence);
+  auto eb = b->AppendEvent(MakeContractEvent("j1", "from b"), kNoFence);
   ASSERT_TRUE(ea.ok() && eb.ok());
   EXPECT_EQ(*ea, 1);
   EXPECT_EQ(*eb, 2);
+}
+
+// Two processes on one file (a coordinator and an admin tool, say): versions, leases and fences
+// hold across connections, not just within one.
+TEST(SqliteStoreTest, TwoStoresOnOneFileShareVersionsLeasesAndFences) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  auto a = MustOpen(path);
+  auto b = MustOpen(path);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->CreateJob(MakeContractJob("j1")).ok());
+  auto read_a = a->GetJob("j1");
+  auto read_b = b->GetJob("j1");
+  ASSERT_TRUE(read_a.ok() && read_b.ok());
+  read_a->set_state(v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(a->UpdateJob(*read_a, kNoFence).value_or(-1), 2);
+  read_b->set_state(v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(b->UpdateJob(*read_b, kNoFence).status().code(), absl::StatusCode::kAborted);
+
+  auto la = a->ClaimJob("j1", "coord-a", 60);
+  ASSERT_TRUE(la.ok()) << la.status();
+  EXPECT_EQ(b->ClaimJob("j1", "coord-b", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(a->ReleaseJob("j1", *la).ok());
+  auto lb = b->ClaimJob("j1", "coord-b", 60);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  EXPECT_GT(lb->token, la->token);
+  EXPECT_EQ(a->AppendEvent(MakeContractEvent("j1", "stale"), la->token).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b->AppendEvent(MakeContractEvent("j1", "current"), lb->token).value_or(-1), 1);
+}
+
+// Coordinators racing for one job, each through its own connection to the file.
+TEST(SqliteStoreTest, ConcurrentClaimsThroughSeparateConnectionsHaveOneWinner) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  constexpr int kCoordinators = 6;
+  std::vector<std::unique_ptr<SqliteStore>> stores;
+  for (int i = 0; i < kCoordinators; ++i) {
+    stores.push_back(MustOpen(path));
+    ASSERT_NE(stores.back(), nullptr);
+  }
+  ASSERT_TRUE(stores[0]->CreateJob(MakeContractJob("j1")).ok());
+  std::atomic<bool> go{false};
+  std::vector<absl::StatusOr<JobLease>> results(kCoordinators, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCoordinators; ++i) {
+    threads.emplace_back([&, i] {
+      while (!go.load()) std::this_thread::yield();
+      results[i] = stores[i]->ClaimJob("j1", absl::StrCat("coord-", i), 60);
+    });
+  }
+  go = true;
+  for (auto& th : threads) th.join();
+  int winners = 0;
+  for (int i = 0; i < kCoordinators; ++i) {
+    if (results[i].ok()) {
+      ++winners;
+    } else {
+      EXPECT_EQ(results[i].status().code(), absl::StatusCode::kFailedPrecondition)
+          << "coord-" << i << ": " << results[i].status();
+    }
+  }
+  EXPECT_EQ(winners, 1);
+}
+
+// Everything the port added survives a reopen: versions, idempotency keys, leases and their
+// tokens, model calls, tenants and API keys.
+TEST(SqliteStoreTest, VersionsLeasesModelCallsTenantsAndKeysSurviveReopen) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  std::string token;
+  v1::ApiKey key;
+  JobLease lease;
+  {
+    auto s = MustOpen(path);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->CreateJob(MakeKeyedJob("j1", "acme", "submit-1")).ok());
+    auto job = s->GetJob("j1");
+    ASSERT_TRUE(job.ok());
+    job->set_state(v1::JOB_STATE_RUNNING);
+    ASSERT_EQ(s->UpdateJob(*job, kNoFence).value_or(-1), 2);
+    auto l = s->ClaimJob("j1", "coord-a", 3600);
+    ASSERT_TRUE(l.ok()) << l.status();
+    lease = *l;
+    ASSERT_EQ(s->AppendModelCall(MakeContractModelCall("j1", 0), lease.token).value_or(-1), 1);
+    ASSERT_TRUE(s->CreateTenant(MakeContractTenant("acme")).ok());
+    auto minted = MintApiKey("acme", "ci", false);
+    ASSERT_TRUE(minted.ok());
+    key = minted->record;
+    token = minted->token;
+    ASSERT_TRUE(s->CreateApiKey(key).ok());
+  }
+  auto s = MustOpen(path);
+  ASSERT_NE(s, nullptr);
+  auto job = s->GetJob("j1");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->version(), 2);
+  auto retry = s->CreateJob(MakeKeyedJob("j2", "acme", "submit-1"));
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_EQ(retry->id(), "j1");
+  // The lease is still held, with its token.
+  EXPECT_EQ(s->ClaimJob("j1", "coord-b", 60).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto again = s->ClaimJob("j1", "coord-a", 60);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->token, lease.token);
+  ASSERT_TRUE(s->ReleaseJob("j1", *again).ok());
+  auto taken = s->ClaimJob("j1", "coord-b", 60);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_GT(taken->token, lease.token);
+  EXPECT_EQ(s->AppendModelCall(MakeContractModelCall("j1", 1), lease.token).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->AppendModelCall(MakeContractModelCall("j1", 1), taken->token).value_or(-1), 2);
+  auto calls = s->ListModelCalls("j1", 1, 10);
+  ASSERT_TRUE(calls.ok()) << calls.status();
+  ASSERT_EQ(calls->size(), 2u);
+  v1::ModelCall want = MakeContractModelCall("j1", 0);
+  want.set_sequence(1);
+  EXPECT_THAT((*calls)[0], EqualsProto(want));
+
+  auto tenant = s->GetTenant("acme");
+  ASSERT_TRUE(tenant.ok()) << tenant.status();
+  EXPECT_THAT(*tenant, EqualsProto(MakeContractTenant("acme")));
+  auto found = s->FindApiKey(ApiKeyHash(token));
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_THAT(*found, EqualsProto(key));
+  ASSERT_TRUE(s->RevokeApiKey(key.id()).ok());
+  s.reset();
+  s = MustOpen(path);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->FindApiKey(ApiKeyHash(token)).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Only the token's hash reaches the disk: a copy of the database lets nobody in.
+TEST(SqliteStoreTest, TheDatabaseFilesNeverHoldAnApiKeysSecret) {
+  TempDir dir;
+  const std::string path = absl::StrCat(dir.path(), "/kforge.db");
+  auto s = MustOpen(path);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->CreateTenant(MakeContractTenant("acme")).ok());
+  auto minted = MintApiKey("acme", "ci", false);
+  ASSERT_TRUE(minted.ok());
+  ASSERT_TRUE(s->CreateApiKey(minted->record).ok());
+  const std::string secret = minted->token.substr(minted->token.rfind('_') + 1);
+  ASSERT_EQ(secret.size(), 64u);
+  // While open (the WAL) and after closing (the checkpointed file).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      const std::string bytes = ReadAll(entry.path().string());
+      EXPECT_EQ(bytes.find(secret), std::string::npos) << entry.path() << " holds the secret (pass " << pass << ")";
+    }
+    s.reset();
+  }
 }
 
 TEST(SqliteStoreTest, ConcurrentFirstOpensOfOneFileAllSucceed) {

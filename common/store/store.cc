@@ -1,0 +1,22 @@
+#include "common/store/store.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kforge {
+
+absl::StatusOr<bool> Store::PutEvaluation(const v1::EvaluationResult& result, int64_t fence) {
+  absl::StatusOr<std::vector<PutOutcome>> r = PutEvaluations(result.job_id(), {result}, fence);
+  if (!r.ok()) return r.status();
+  if (r->size() != 1) return absl::InternalError("store returned no outcome for one evaluation");
+  switch (r->front()) {
+    case PutOutcome::kStored:
+      return true;
+    case PutOutcome::kDuplicate:
+      return false;
+    case PutOutcome::kUnknownCandidate:
+      break;
+  }
+  return absl::NotFoundError(absl::StrCat("no candidate ", result.candidate_id(), " in job ", result.job_id()));
+}
+
+}  // namespace kforge
