@@ -22,6 +22,13 @@ namespace {
 constexpr char kWorkers[] = "workers";
 constexpr char kCoordinators[] = "coordinators";
 constexpr double kSliceSeconds = 0.1;  // longest blocking read: Close latency
+constexpr int kReadAhead = 64;         // results read per XREADGROUP
+
+// AckResult: acknowledge and delete a result entry (a group lost with the data is no error).
+constexpr char kAckScript[] = R"lua(
+pcall(redis.call, 'XACK', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('XDEL', KEYS[1], ARGV[2])
+)lua";
 
 // Enqueue: KEYS = candidate key, work stream, job hash; ARGV = payload, ttl ms.
 constexpr char kEnqueueScript[] = R"lua(
@@ -89,6 +96,16 @@ bool ParseDeliveryId(const std::string& delivery_id, std::string* entry_id, int*
 }
 
 // The first entry of an XREADGROUP reply ([[key, [[id, [f, v, ...]], ...]]]), or null.
+// The entries array of an XREADGROUP reply on one stream; nullptr when there are none.
+const redisReply* ReadEntries(const redisReply& r) {
+  if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) return nullptr;
+  const redisReply* stream = r.element[0];
+  if (stream->type != REDIS_REPLY_ARRAY || stream->elements < 2) return nullptr;
+  const redisReply* entries = stream->element[1];
+  if (entries->type != REDIS_REPLY_ARRAY || entries->elements == 0) return nullptr;
+  return entries;
+}
+
 const redisReply* FirstReadEntry(const redisReply& r) {
   if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) return nullptr;
   const redisReply* stream = r.element[0];
@@ -471,9 +488,30 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
       }
       continue;
     }
-    // 2. Results handed out (by any coordinator) and not acknowledged in time.
+    // 2. Results read ahead by an earlier call (already pending under this consumer).
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = read_ahead_.find(job_id);
+      if (it != read_ahead_.end() && !it->second.empty()) {
+        ResultDelivery d = std::move(it->second.front());
+        it->second.pop_front();
+        return std::optional<ResultDelivery>(std::move(d));
+      }
+    }
+    // 3. Results handed out (by any coordinator) and not acknowledged in time: looked for a few
+    // times per redelivery period, not on every call (it costs a round trip).
+    bool reclaim = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = std::chrono::steady_clock::now();
+      auto& last = last_reclaim_[job_id];
+      if (now - last >= std::chrono::duration<double>(options_.queue.result_redelivery_seconds / 4)) {
+        last = std::chrono::time_point_cast<std::chrono::steady_clock::duration>(now);
+        reclaim = true;
+      }
+    }
     std::string claim_cursor = "0-0";
-    while (true) {
+    while (reclaim) {
       auto r = Command({"XAUTOCLAIM", key, kCoordinators, me,
                         absl::StrCat(Millis(options_.queue.result_redelivery_seconds)), claim_cursor, "COUNT", "1"});
       if (IsNoGroup(r.status())) break;  // created below
@@ -488,9 +526,9 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
       }
       if (claim_cursor == "0-0") break;
     }
-    // 3. New results.
+    // 4. New results, several at a time: the rest wait in read_ahead_ for the next calls.
     const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
-    std::vector<std::string> args = {"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", "1"};
+    std::vector<std::string> args = {"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", absl::StrCat(kReadAhead)};
     if (left > 0) args.insert(args.end(), {"BLOCK", absl::StrCat(Millis(std::min(left, kSliceSeconds)))});
     args.insert(args.end(), {"STREAMS", key, ">"});
     auto r = Command(args);
@@ -499,21 +537,31 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
       continue;
     }
     if (!r.ok()) return r.status();
-    if (const redisReply* entry = FirstReadEntry(**r); entry != nullptr) {
-      auto d = ResultFromReply(key, *entry);
-      if (!d.ok() || d->has_value()) return d;
-      continue;
+    if (const redisReply* entries = ReadEntries(**r); entries != nullptr) {
+      std::deque<ResultDelivery> got;
+      for (size_t i = 0; i < entries->elements; ++i) {
+        auto d = ResultFromReply(key, *entries->element[i]);
+        if (!d.ok()) return d.status();
+        if (d->has_value()) got.push_back(**std::move(d));
+      }
+      if (got.empty()) continue;
+      ResultDelivery first = std::move(got.front());
+      got.pop_front();
+      if (!got.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto& ahead = read_ahead_[job_id];
+        for (auto& d : got) ahead.push_back(std::move(d));
+      }
+      return std::optional<ResultDelivery>(std::move(first));
     }
     if (left <= 0 || std::chrono::steady_clock::now() >= until) return std::optional<ResultDelivery>();
   }
 }
 
 absl::Status RedisWorkQueue::AckResult(const std::string& job_id, const std::string& ack_token) {
-  const std::string key = ResultKey(job_id);
-  auto r = Command({"XACK", key, kCoordinators, ack_token});
-  if (!r.ok() && !IsNoGroup(r.status())) return r.status();
-  auto d = Command({"XDEL", key, ack_token});
-  return d.ok() ? absl::OkStatus() : d.status();
+  // One round trip; a group lost with the server's data has nothing to acknowledge.
+  auto r = Command({"EVAL", kAckScript, "1", ResultKey(job_id), kCoordinators, ack_token});
+  return r.ok() ? absl::OkStatus() : r.status();
 }
 
 absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {
@@ -521,6 +569,7 @@ absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     history_cursor_.erase(job_id);
+    read_ahead_.erase(job_id);
   }
   return r.ok() ? absl::OkStatus() : r.status();
 }

@@ -24,6 +24,8 @@
 // wakes every waiter promptly.
 
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -115,6 +117,10 @@ class RedisWorkQueue final : public WorkQueue {
   std::atomic<bool> closed_{false};
   std::mutex mu_;
   std::vector<Context> idle_;                  // the connection pool
+  // Per job: results read ahead by NextResult (pending under this consumer) and when expired
+  // ones were last looked for.
+  std::map<std::string, std::deque<ResultDelivery>> read_ahead_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_reclaim_;
   std::string epoch_;                          // the server's epoch marker as last seen
   int64_t data_losses_ = 0;
   // Per job: where the re-reading of results left pending by an earlier queue stands ("" once done).

@@ -104,7 +104,7 @@ absl::StatusOr<std::vector<Msg>> ParseRows(const pqxx::result& r, const char* wh
   return out;
 }
 
-bool JobExists(pqxx::work& w, const std::string& job_id) {
+bool JobExists(pqxx::transaction_base& w, const std::string& job_id) {
   return !w.exec_params("SELECT 1 FROM jobs WHERE id = $1", job_id).empty();
 }
 
@@ -112,7 +112,7 @@ bool JobExists(pqxx::work& w, const std::string& job_id) {
 // wait for the writes already checked: shared, so that many writers of one job's rows proceed
 // together, or exclusive for a transaction that will update the job's row itself (two shared
 // holders upgrading would deadlock).
-absl::Status CheckWritable(pqxx::work& w, const std::string& job_id, int64_t fence, bool updates_job = false) {
+absl::Status CheckWritable(pqxx::transaction_base& w, const std::string& job_id, int64_t fence, bool updates_job = false) {
   pqxx::result r = w.exec_params(updates_job ? "SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE"
                                              : "SELECT lease_token FROM jobs WHERE id = $1 FOR SHARE",
                                  job_id);
@@ -203,7 +203,8 @@ void PostgresStore::Give(std::unique_ptr<Conn> c) {
 }
 
 template <typename T, typename Fn>
-absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn, double window_seconds) {
+absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn, double window_seconds,
+                                                 bool single_statement) {
   const double window = window_seconds >= 0 ? window_seconds : options_.reconnect_seconds;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(window);
   double backoff = 0.05;
@@ -224,13 +225,20 @@ absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn, double
       continue;
     }
     try {
-      pqxx::work w(c->c);
-      absl::StatusOr<T> r = fn(w, attempt);
-      if (r.ok()) {
-        w.commit();
+      // One statement needs no BEGIN / COMMIT round trips: it is atomic on its own.
+      std::unique_ptr<pqxx::transaction_base> w;
+      if (single_statement) {
+        w = std::make_unique<pqxx::nontransaction>(c->c);
       } else {
-        w.abort();
+        w = std::make_unique<pqxx::work>(c->c);
       }
+      absl::StatusOr<T> r = fn(*w, attempt);
+      if (r.ok()) {
+        w->commit();
+      } else {
+        w->abort();
+      }
+      w.reset();
       Give(std::move(c));
       return r;
     } catch (const pqxx::broken_connection& e) {
@@ -261,7 +269,7 @@ absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn, double
 }
 
 absl::Status PostgresStore::Migrate() {
-  auto r = WithTransaction<int>("migrate", [](pqxx::work& w, int) -> absl::StatusOr<int> {
+  auto r = WithTransaction<int>("migrate", [](pqxx::transaction_base& w, int) -> absl::StatusOr<int> {
     w.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLock);
     w.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)");
     pqxx::result v = w.exec("SELECT version FROM schema_version");
@@ -289,7 +297,7 @@ absl::StatusOr<v1::Job> PostgresStore::CreateJob(const v1::Job& job) {
   v1::Job stored = job;
   stored.set_version(1);
   const std::string body = stored.SerializeAsString();
-  return WithTransaction<v1::Job>("create job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<v1::Job> {
+  return WithTransaction<v1::Job>("create job", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<v1::Job> {
     pqxx::result r = w.exec_params(
         "INSERT INTO jobs (id, tenant, problem_hash, state, body, idempotency_key) VALUES ($1, $2, $3, $4, $5, $6) "
         "ON CONFLICT DO NOTHING RETURNING id",
@@ -312,7 +320,7 @@ absl::StatusOr<v1::Job> PostgresStore::CreateJob(const v1::Job& job) {
 }
 
 absl::StatusOr<v1::Job> PostgresStore::GetJob(const std::string& job_id) {
-  return WithTransaction<v1::Job>("get job", [&](pqxx::work& w, int) -> absl::StatusOr<v1::Job> {
+  return WithTransaction<v1::Job>("get job", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<v1::Job> {
     pqxx::result r = w.exec_params("SELECT body, version FROM jobs WHERE id = $1", job_id);
     if (r.empty()) return NoJobError(job_id);
     return JobFromRow(r[0]);
@@ -323,7 +331,7 @@ absl::StatusOr<int64_t> PostgresStore::UpdateJob(const v1::Job& job, int64_t fen
   v1::Job stored = job;
   stored.set_version(job.version() + 1);
   const std::string body = stored.SerializeAsString();
-  return WithTransaction<int64_t>("update job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<int64_t> {
+  return WithTransaction<int64_t>("update job", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<int64_t> {
     if (absl::Status st = CheckWritable(w, job.id(), fence, /*updates_job=*/true); !st.ok()) return st;
     pqxx::result r = w.exec_params(
         "UPDATE jobs SET state = $1, body = $2, version = version + 1 WHERE id = $3 AND version = $4",
@@ -338,7 +346,7 @@ absl::StatusOr<int64_t> PostgresStore::UpdateJob(const v1::Job& job, int64_t fen
 }
 
 absl::StatusOr<std::vector<v1::Job>> PostgresStore::ListJobs(const JobQuery& q) {
-  return WithTransaction<std::vector<v1::Job>>("list jobs", [&](pqxx::work& w, int) {
+  return WithTransaction<std::vector<v1::Job>>("list jobs", [&](pqxx::transaction_base& w, int) {
     pqxx::result r = w.exec_params(
         "SELECT body, version FROM jobs WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR problem_hash = $2) AND "
         "($3 = 0 OR state = $3) AND ($5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
@@ -351,7 +359,7 @@ absl::StatusOr<std::vector<v1::Job>> PostgresStore::ListJobs(const JobQuery& q) 
 absl::StatusOr<JobLease> PostgresStore::ClaimJob(const std::string& job_id, const std::string& owner,
                                                  double lease_seconds) {
   // The server's clock decides expiry, so coordinators with skewed clocks agree.
-  return WithTransaction<JobLease>("claim job", [&](pqxx::work& w, int) -> absl::StatusOr<JobLease> {
+  return WithTransaction<JobLease>("claim job", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<JobLease> {
     pqxx::result r = w.exec_params(
         "SELECT lease_owner, lease_token, lease_expires > now() FROM jobs WHERE id = $1 FOR UPDATE", job_id);
     if (r.empty()) return NoJobError(job_id);
@@ -368,7 +376,7 @@ absl::StatusOr<JobLease> PostgresStore::ClaimJob(const std::string& job_id, cons
 }
 
 absl::Status PostgresStore::RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) {
-  return WithTransaction<bool>("renew job lease", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
+  return WithTransaction<bool>("renew job lease", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<bool> {
     pqxx::result r = w.exec_params(
         "UPDATE jobs SET lease_expires = now() + $4::float8 * interval '1 second' WHERE id = $1 AND lease_owner = $2 AND "
         "lease_token = $3",
@@ -379,7 +387,7 @@ absl::Status PostgresStore::RenewJobLease(const std::string& job_id, const JobLe
 }
 
 absl::Status PostgresStore::ReleaseJob(const std::string& job_id, const JobLease& lease) {
-  return WithTransaction<bool>("release job", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
+  return WithTransaction<bool>("release job", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
     pqxx::result r = w.exec_params(
         "UPDATE jobs SET lease_owner = '', lease_expires = now() WHERE id = $1 AND lease_owner = $2 AND "
         "lease_token = $3",
@@ -394,26 +402,36 @@ absl::Status PostgresStore::ReleaseJob(const std::string& job_id, const JobLease
 }
 
 absl::StatusOr<bool> PostgresStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
-  return WithTransaction<bool>("insert candidate", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
-    if (absl::Status st = CheckWritable(w, c.job_id(), fence); !st.ok()) return st;
-    const std::string body = c.SerializeAsString();
-    pqxx::result r = w.exec_params(
-        "INSERT INTO candidates (job_id, id, content_hash, sequence, body) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT DO NOTHING RETURNING id",
-        c.job_id(), c.id(), c.content_hash(), c.sequence(), pqxx::binarystring(body));
-    if (!r.empty()) return true;
-    if (attempt > 1) {
-      pqxx::result mine =
-          w.exec_params("SELECT body FROM candidates WHERE job_id = $1 AND id = $2", c.job_id(), c.id());
-      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
-    }
-    return false;
-  });
+  const std::string body = c.SerializeAsString();
+  return WithTransaction<bool>(
+      "insert candidate",
+      [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
+        // One statement: the fence check (a shared lock on the job's row, so that a takeover
+        // waits for it) and the insert.
+        pqxx::result r = w.exec_params(
+            "WITH j AS (SELECT lease_token FROM jobs WHERE id = $1 FOR SHARE), "
+            "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) "
+            "SELECT $1, $2, $3, $4, $5 FROM j WHERE $6 = 0 OR j.lease_token = $6 "
+            "ON CONFLICT DO NOTHING RETURNING id) "
+            "SELECT (SELECT lease_token FROM j), (SELECT count(*) FROM ins)",
+            c.job_id(), c.id(), c.content_hash(), c.sequence(), pqxx::binarystring(body), fence);
+        if (r[0][0].is_null()) return NoJobError(c.job_id());
+        const int64_t current = r[0][0].as<int64_t>();
+        if (fence != kNoFence && current != fence) return StaleFenceError(c.job_id(), fence, current);
+        if (r[0][1].as<int64_t>() > 0) return true;
+        if (attempt > 1) {
+          pqxx::result mine =
+              w.exec_params("SELECT body FROM candidates WHERE job_id = $1 AND id = $2", c.job_id(), c.id());
+          if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+        }
+        return false;
+      },
+      -1, /*single_statement=*/true);
 }
 
 absl::StatusOr<std::vector<v1::Candidate>> PostgresStore::ListCandidates(const std::string& job_id) {
   return WithTransaction<std::vector<v1::Candidate>>(
-      "list candidates", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::Candidate>> {
+      "list candidates", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<std::vector<v1::Candidate>> {
         if (!JobExists(w, job_id)) return NoJobError(job_id);
         return ParseRows<v1::Candidate>(
             w.exec_params("SELECT body FROM candidates WHERE job_id = $1 ORDER BY sequence", job_id), "candidate");
@@ -427,65 +445,68 @@ absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std:
   bodies.reserve(results.size());
   for (const auto& r : results) bodies.push_back(r.SerializeAsString());
   return WithTransaction<std::vector<PutOutcome>>(
-      "insert evaluations", [&](pqxx::work& w, int attempt) -> absl::StatusOr<std::vector<PutOutcome>> {
-        if (absl::Status st = CheckWritable(w, job_id, fence); !st.ok()) return st;
+      "insert evaluations",
+      [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<std::vector<PutOutcome>> {
         std::vector<PutOutcome> out(results.size(), PutOutcome::kUnknownCandidate);
-        // A multi-row insert per chunk (one round trip for many results): only rows whose
-        // candidate exists are inserted; the first of two results for one candidate wins.
-        std::set<std::string> inserted, known;
+        std::set<std::string> done;  // candidates given kStored in this batch
+        const std::string job = w.quote(job_id);
+        bool checked = false;
+        // One statement per chunk: the fence check (a shared lock on the job's row), a multi-row
+        // insert of the results whose candidate exists (the first of two for one candidate
+        // wins), and per result whether its candidate exists and whether it was inserted.
         for (size_t begin = 0; begin < results.size(); begin += kBatchRows) {
           const size_t end = std::min(results.size(), begin + kBatchRows);
-          std::string values, ids;
+          std::string values;
           for (size_t i = begin; i < end; ++i) {
             const auto& r = results[i];
             if (r.job_id() != job_id) continue;
             absl::StrAppend(&values, values.empty() ? "" : ",", "(", i, ",", w.quote(r.candidate_id()), ",",
                             static_cast<int>(r.outcome()), ",", absl::StrFormat("%.17g", r.speedup()),
                             "::float8,", w.quote_raw(bodies[i]), "::bytea)");
-            absl::StrAppend(&ids, ids.empty() ? "" : ",", w.quote(r.candidate_id()));
           }
           if (values.empty()) continue;
-          const std::string job = w.quote(job_id);
-          pqxx::result ins = w.exec(absl::StrCat(
-              "INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
-              ", v.cid, v.outcome, v.speedup, v.body FROM (VALUES ", values,
-              ") AS v(ord, cid, outcome, speedup, body) JOIN candidates c ON c.job_id = ", job,
-              " AND c.id = v.cid ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING candidate_id"));
-          for (const auto& row : ins) inserted.insert(row[0].as<std::string>());
-          pqxx::result k =
-              w.exec(absl::StrCat("SELECT id FROM candidates WHERE job_id = ", job, " AND id IN (", ids, ")"));
-          for (const auto& row : k) known.insert(row[0].as<std::string>());
-        }
-        std::set<std::string> done;  // candidates given an outcome of kStored in this batch
-        std::vector<size_t> recheck;
-        for (size_t i = 0; i < results.size(); ++i) {
-          const auto& r = results[i];
-          if (r.job_id() != job_id || !known.contains(r.candidate_id())) continue;
-          if (inserted.contains(r.candidate_id()) && done.insert(r.candidate_id()).second) {
-            out[i] = PutOutcome::kStored;
-          } else {
-            out[i] = PutOutcome::kDuplicate;
-            if (attempt > 1) recheck.push_back(i);
+          pqxx::result rows = w.exec(absl::StrCat(
+              "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
+              "v(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ",
+              "ins AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
+              ", v.cid, v.outcome, v.speedup, v.body FROM v JOIN candidates c ON c.job_id = ", job,
+              " AND c.id = v.cid, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
+              " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING candidate_id) ",
+              "SELECT (SELECT lease_token FROM j), v.ord, c.id IS NOT NULL, v.cid IN (SELECT candidate_id FROM ins) "
+              "FROM v LEFT JOIN candidates c ON c.job_id = ", job, " AND c.id = v.cid ORDER BY v.ord"));
+          for (const auto& row : rows) {
+            if (!checked) {
+              if (row[0].is_null()) return NoJobError(job_id);
+              const int64_t current = row[0].as<int64_t>();
+              if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
+              checked = true;
+            }
+            const size_t i = row[1].as<size_t>();
+            if (!row[2].as<bool>()) continue;
+            const std::string& cid = results[i].candidate_id();
+            out[i] = row[3].as<bool>() && done.insert(cid).second ? PutOutcome::kStored : PutOutcome::kDuplicate;
           }
         }
+        if (!checked && !JobExists(w, job_id)) return NoJobError(job_id);
         // A retry after a commit whose answer was lost finds its own rows: they were stored by it.
-        for (size_t i : recheck) {
-          const auto& r = results[i];
-          if (done.contains(r.candidate_id())) continue;
-          pqxx::result mine = w.exec_params(
-              "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", job_id, r.candidate_id());
+        for (size_t i = 0; attempt > 1 && i < results.size(); ++i) {
+          const std::string& cid = results[i].candidate_id();
+          if (out[i] != PutOutcome::kDuplicate || done.contains(cid)) continue;
+          pqxx::result mine =
+              w.exec_params("SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", job_id, cid);
           if (!mine.empty() && Bytes(mine[0][0]) == bodies[i]) {
             out[i] = PutOutcome::kStored;
-            done.insert(r.candidate_id());
+            done.insert(cid);
           }
         }
         return out;
-      });
+      },
+      -1, /*single_statement=*/results.size() <= kBatchRows);
 }
 
 absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::ListEvaluations(const std::string& job_id) {
   return WithTransaction<std::vector<v1::EvaluationResult>>(
-      "list evaluations", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::EvaluationResult>> {
+      "list evaluations", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<std::vector<v1::EvaluationResult>> {
         if (!JobExists(w, job_id)) return NoJobError(job_id);
         return ParseRows<v1::EvaluationResult>(
             w.exec_params("SELECT e.body FROM evaluations e JOIN candidates c ON c.job_id = e.job_id AND "
@@ -497,7 +518,7 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::ListEvaluations
 
 absl::StatusOr<int64_t> PostgresStore::AppendSequenced(const char* table, const std::string& job_id,
                                                        const std::string& body, int64_t fence) {
-  return WithTransaction<int64_t>("append", [&](pqxx::work& w, int attempt) -> absl::StatusOr<int64_t> {
+  return WithTransaction<int64_t>("append", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<int64_t> {
     // The job's row lock serialises appenders, so each gets the next sequence number.
     pqxx::result j = w.exec_params("SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE", job_id);
     if (j.empty()) return NoJobError(job_id);
@@ -522,7 +543,7 @@ absl::StatusOr<int64_t> PostgresStore::AppendSequenced(const char* table, const 
 template <typename Msg>
 absl::StatusOr<std::vector<Msg>> PostgresStore::ListSequenced(const char* table, const std::string& job_id,
                                                               int64_t from, int limit) {
-  return WithTransaction<std::vector<Msg>>("list", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<Msg>> {
+  return WithTransaction<std::vector<Msg>>("list", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<std::vector<Msg>> {
     if (!JobExists(w, job_id)) return NoJobError(job_id);
     pqxx::result r = w.exec_params(
         absl::StrCat("SELECT body, sequence FROM ", table,
@@ -561,7 +582,7 @@ absl::StatusOr<std::vector<v1::ModelCall>> PostgresStore::ListModelCalls(const s
 
 absl::Status PostgresStore::CreateTenant(const v1::Tenant& tenant) {
   const std::string body = tenant.SerializeAsString();
-  return WithTransaction<bool>("create tenant", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
+  return WithTransaction<bool>("create tenant", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
     pqxx::result r = w.exec_params("INSERT INTO tenants (name, body) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING name",
                                    tenant.name(), pqxx::binarystring(body));
     if (!r.empty()) return true;
@@ -574,7 +595,7 @@ absl::Status PostgresStore::CreateTenant(const v1::Tenant& tenant) {
 }
 
 absl::StatusOr<v1::Tenant> PostgresStore::GetTenant(const std::string& name) {
-  return WithTransaction<v1::Tenant>("get tenant", [&](pqxx::work& w, int) -> absl::StatusOr<v1::Tenant> {
+  return WithTransaction<v1::Tenant>("get tenant", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<v1::Tenant> {
     pqxx::result r = w.exec_params("SELECT body FROM tenants WHERE name = $1", name);
     if (r.empty()) return NoTenantError(name);
     return ParseRecord<v1::Tenant>(Bytes(r[0][0]), "tenant");
@@ -582,7 +603,7 @@ absl::StatusOr<v1::Tenant> PostgresStore::GetTenant(const std::string& name) {
 }
 
 absl::Status PostgresStore::UpdateTenant(const v1::Tenant& tenant) {
-  return WithTransaction<bool>("update tenant", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
+  return WithTransaction<bool>("update tenant", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<bool> {
     pqxx::result r = w.exec_params("SELECT body FROM tenants WHERE name = $1 FOR UPDATE", tenant.name());
     if (r.empty()) return NoTenantError(tenant.name());
     absl::StatusOr<v1::Tenant> stored = ParseRecord<v1::Tenant>(Bytes(r[0][0]), "tenant");
@@ -596,14 +617,14 @@ absl::Status PostgresStore::UpdateTenant(const v1::Tenant& tenant) {
 }
 
 absl::StatusOr<std::vector<v1::Tenant>> PostgresStore::ListTenants() {
-  return WithTransaction<std::vector<v1::Tenant>>("list tenants", [&](pqxx::work& w, int) {
+  return WithTransaction<std::vector<v1::Tenant>>("list tenants", [&](pqxx::transaction_base& w, int) {
     return ParseRows<v1::Tenant>(w.exec("SELECT body FROM tenants ORDER BY name"), "tenant");
   });
 }
 
 absl::Status PostgresStore::CreateApiKey(const v1::ApiKey& key) {
   const std::string body = key.SerializeAsString();
-  return WithTransaction<bool>("create api key", [&](pqxx::work& w, int attempt) -> absl::StatusOr<bool> {
+  return WithTransaction<bool>("create api key", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
     if (w.exec_params("SELECT 1 FROM tenants WHERE name = $1", key.tenant()).empty()) return NoTenantError(key.tenant());
     pqxx::result r = w.exec_params(
         "INSERT INTO api_keys (id, tenant, secret_sha256, revoked, body) VALUES ($1, $2, $3, $4, $5) "
@@ -619,7 +640,7 @@ absl::Status PostgresStore::CreateApiKey(const v1::ApiKey& key) {
 }
 
 absl::StatusOr<v1::ApiKey> PostgresStore::FindApiKey(const std::string& secret_sha256) {
-  return WithTransaction<v1::ApiKey>("find api key", [&](pqxx::work& w, int) -> absl::StatusOr<v1::ApiKey> {
+  return WithTransaction<v1::ApiKey>("find api key", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<v1::ApiKey> {
     pqxx::result r =
         w.exec_params("SELECT body FROM api_keys WHERE secret_sha256 = $1 AND NOT revoked", secret_sha256);
     if (r.empty()) return absl::NotFoundError("no such api key");
@@ -629,7 +650,7 @@ absl::StatusOr<v1::ApiKey> PostgresStore::FindApiKey(const std::string& secret_s
 
 absl::StatusOr<std::vector<v1::ApiKey>> PostgresStore::ListApiKeys(const std::string& tenant) {
   return WithTransaction<std::vector<v1::ApiKey>>(
-      "list api keys", [&](pqxx::work& w, int) -> absl::StatusOr<std::vector<v1::ApiKey>> {
+      "list api keys", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<std::vector<v1::ApiKey>> {
         pqxx::result r = w.exec_params("SELECT body, revoked FROM api_keys WHERE tenant = $1 ORDER BY id", tenant);
         std::vector<v1::ApiKey> out;
         for (const auto& row : r) {
@@ -643,7 +664,7 @@ absl::StatusOr<std::vector<v1::ApiKey>> PostgresStore::ListApiKeys(const std::st
 }
 
 absl::Status PostgresStore::RevokeApiKey(const std::string& key_id) {
-  return WithTransaction<bool>("revoke api key", [&](pqxx::work& w, int) -> absl::StatusOr<bool> {
+  return WithTransaction<bool>("revoke api key", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<bool> {
     pqxx::result r = w.exec_params("UPDATE api_keys SET revoked = true WHERE id = $1", key_id);
     if (r.affected_rows() == 0) return absl::NotFoundError(absl::StrCat("no api key ", key_id));
     return true;

@@ -72,9 +72,11 @@ class PostgresStore final : public Store {
   absl::Status Migrate();
 
   // Runs `fn` on a pooled connection inside a transaction, reconnecting and retrying when the
-  // connection breaks; `fn` returns its result or throws what libpqxx throws.
+  // connection breaks; `fn` returns its result or throws what libpqxx throws. With
+  // `single_statement`, `fn` runs one statement in autocommit (no BEGIN / COMMIT round trips).
   template <typename T, typename Fn>
-  absl::StatusOr<T> WithTransaction(const char* what, Fn fn, double window_seconds = -1);
+  absl::StatusOr<T> WithTransaction(const char* what, Fn fn, double window_seconds = -1,
+                                    bool single_statement = false);
 
   // The per-job append-only tables (events, model_calls).
   absl::StatusOr<int64_t> AppendSequenced(const char* table, const std::string& job_id, const std::string& body,

@@ -1,0 +1,352 @@
+// kforge-bench-ingest: how fast the coordinator ingests results through each pair of backends,
+// with a fleet of simulated instant workers (the replay backend: an evaluation is a table lookup).
+// PostgreSQL + Redis Streams (the cluster) against SQLite + the in-process queue (embedded),
+// measured in the same run, interleaved round by round; the bench starts its own redis-server and
+// PostgreSQL (as an unprivileged user when run as root) in temporary folders.
+//
+//   kforge-bench-ingest [--jobs 4] [--candidates 2000] [--workers 8] [--slots 16] [--rounds 3]
+//                       [--screen 1] [--json]
+//
+// Reported per backend pair (medians over the rounds): results stored per second, the
+// coordinator process's CPU seconds per result (workers included; the servers are separate
+// processes), and the dispatch latency: from a result's arrival at the coordinator (NextResult
+// returns it) to the dispatch of the request that takes its slot (Enqueue), p50 and p99.
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
+#include "common/clock.h"
+#include "common/kt_cache.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "common/queue/memory_queue.h"
+#include "common/queue/redis_queue.h"
+#include "common/queue/stream.h"
+#include "common/store/postgres_store.h"
+#include "common/store/sqlite_store.h"
+#include "nlohmann/json.hpp"
+#include "services/coordinator/job_runner.h"
+#include "services/gpu-worker/replay.h"
+#include "services/llm-proxy/parametric_mutator.h"
+#include "tests/integration/replay_fixture.h"
+#include "tests/testutil/postgres_server.h"
+#include "tests/testutil/redis_server.h"
+#include "tests/testutil/temp_dir.h"
+
+using namespace kforge;
+
+namespace {
+
+// Records, per job, when each result reached the coordinator and when the next request left:
+// a result frees one slot, and the request that fills it pairs with the oldest unpaired arrival.
+class TimingQueue final : public WorkQueue {
+ public:
+  explicit TimingQueue(WorkQueue& inner) : inner_(inner) {}
+
+  absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
+    absl::Status st = inner_.Enqueue(stream, request);
+    const double now = bench::Now();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& arrivals = arrivals_[request.job_id()];
+    if (!arrivals.empty()) {
+      latencies_.push_back(now - arrivals.front());
+      arrivals.pop_front();
+    }
+    return st;
+  }
+  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
+                                                  double timeout_seconds) override {
+    return inner_.Dequeue(stream, consumer, timeout_seconds);
+  }
+  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
+    return inner_.ExtendLease(stream, item);
+  }
+  absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
+    return inner_.Complete(stream, item, result);
+  }
+  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
+                                                           double timeout_seconds) override {
+    auto r = inner_.NextResult(job_id, timeout_seconds);
+    if (r.ok() && r->has_value()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      arrivals_[job_id].push_back(bench::Now());
+    }
+    return r;
+  }
+  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
+    return inner_.AckResult(job_id, ack_token);
+  }
+  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  int64_t DataLosses() override { return inner_.DataLosses(); }
+  void Close() override { inner_.Close(); }
+
+  std::vector<double> latencies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return latencies_;
+  }
+
+ private:
+  WorkQueue& inner_;
+  std::mutex mu_;
+  std::map<std::string, std::deque<double>> arrivals_;
+  std::vector<double> latencies_;
+};
+
+struct Config {
+  int jobs = 4;
+  int64_t candidates = 2000;
+  int workers = 8;
+  int slots = 16;
+  int rounds = 3;
+  int screen = 1;
+};
+
+struct RoundResult {
+  int64_t results = 0;
+  double seconds = 0;
+  double cpu_seconds = 0;
+  std::vector<double> latencies;
+};
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+// One round: `jobs` concurrent jobs on a fresh store and queue, run to their budgets.
+absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue& inner, const v1::Problem& problem,
+                                     const KtCache& cache, const Logger& log, int round) {
+  RealClock clock;
+  TimingQueue queue(inner);
+  // Simulated instant workers: the replay backend's lookup (its cache loaded before the clock
+  // starts), nothing else.
+  worker::ReplayEvaluator replay;
+  {
+    v1::EvaluationRequest warm;
+    *warm.mutable_problem() = problem;
+    v1::EvaluationResult ignored;
+    replay.Evaluate(warm, &ignored);
+  }
+  std::vector<std::thread> workers;
+  std::atomic<bool> stop_workers{false};
+  const std::string stream = StreamFor(problem);
+  for (int i = 0; i < cfg.workers; ++i) {
+    workers.emplace_back([&, i] {
+      const std::string name = absl::StrCat("w", i);
+      while (!stop_workers.load()) {
+        auto item = queue.Dequeue(stream, name, 0.1);
+        if (!item.ok()) {
+          std::cerr << name << ": " << item.status() << "\n";
+          return;
+        }
+        if (!item->has_value()) continue;
+        const v1::EvaluationRequest& req = (*item)->request;
+        v1::EvaluationResult r;
+        r.set_request_id(req.request_id());
+        r.set_job_id(req.job_id());
+        r.set_candidate_id(req.candidate().id());
+        r.set_worker_id(name);
+        replay.Evaluate(req, &r);
+        if (absl::Status st = queue.Complete(stream, **item, r); !st.ok()) std::cerr << name << ": " << st << "\n";
+      }
+    });
+  }
+  auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
+  std::vector<std::string> ids;
+  std::vector<std::unique_ptr<llm::ParametricMutator>> mutators;
+  std::vector<std::unique_ptr<coordinator::JobRunner>> runners;
+  for (int j = 0; j < cfg.jobs; ++j) {
+    mutators.push_back(std::make_unique<llm::ParametricMutator>(llm::ParametricOptions{}, validity));
+    coordinator::JobRunnerOptions ro;
+    ro.slots = cfg.slots;
+    ro.poll_seconds = 0.05;
+    runners.push_back(std::make_unique<coordinator::JobRunner>(store, queue, *mutators.back(), clock, log, ro));
+    v1::JobSpec spec;
+    *spec.mutable_problem() = problem;
+    spec.mutable_budget()->set_max_candidates(cfg.candidates);
+    spec.mutable_evolution()->set_screen_children(cfg.screen);
+    spec.set_seed(static_cast<uint64_t>(1000 * round + j));
+    spec.set_tenant("bench");
+    auto job = runners.back()->Submit(spec);
+    if (!job.ok()) return job.status();
+    ids.push_back(job->id());
+  }
+  const double cpu0 = CpuSeconds();
+  const double t0 = bench::Now();
+  std::vector<std::thread> drivers;
+  std::vector<absl::StatusOr<v1::Job>> done(cfg.jobs, absl::UnknownError("not run"));
+  std::atomic<bool> stop{false};
+  for (int j = 0; j < cfg.jobs; ++j) {
+    drivers.emplace_back([&, j] { done[j] = runners[j]->Run(ids[j], stop); });
+  }
+  for (auto& t : drivers) t.join();
+  RoundResult r;
+  r.seconds = bench::Now() - t0;
+  r.cpu_seconds = CpuSeconds() - cpu0;
+  stop_workers = true;
+  for (auto& t : workers) t.join();
+  for (const auto& d : done) {
+    if (!d.ok()) return d.status();
+    r.results += d->progress().evaluations();
+  }
+  r.latencies = queue.latencies();
+  return r;
+}
+
+struct Pair {
+  std::string name;
+  std::vector<RoundResult> rounds;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  bool json = false;
+  CLI::App app{"kforge-bench-ingest: coordinator ingest through the store and queue backends"};
+  app.add_option("--jobs", cfg.jobs, "concurrent jobs");
+  app.add_option("--candidates", cfg.candidates, "candidates per job");
+  app.add_option("--workers", cfg.workers, "simulated instant workers (threads)");
+  app.add_option("--slots", cfg.slots, "candidates in flight per job");
+  app.add_option("--rounds", cfg.rounds, "rounds per backend pair, interleaved");
+  app.add_option("--screen", cfg.screen, "children the parametric mutator offers per proposal (1 = no screening)");
+  app.add_flag("--json", json, "print JSON");
+  std::string only;
+  app.add_option("--only", only, "run one pair: embedded or cluster (for profiling)")
+      ->check(CLI::IsMember({"embedded", "cluster"}));
+  CLI11_PARSE(app, argc, argv);
+  Logger log = MakeLogger("bench-ingest", spdlog::level::err);
+
+  // A recorded space large enough for every job's budget without repeats.
+  testing::TempDir dir;
+  testing::SynthSpace space;
+  space.x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  space.extra_z = 150;
+  const std::string folder = testing::WriteSynthReplayProblem(dir, "synth", space);
+  auto problem = LoadProblem(folder);
+  if (!problem.ok()) {
+    std::cerr << problem.status() << "\n";
+    return 1;
+  }
+  auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
+  if (!cache.ok()) {
+    std::cerr << cache.status() << "\n";
+    return 1;
+  }
+
+  testing::RedisServer redis;
+  if (!redis.Start()) {
+    std::cerr << "redis-server: " << redis.error() << "\n";
+    return 1;
+  }
+  testing::PostgresServer postgres;
+  if (absl::Status st = postgres.Start(); !st.ok()) {
+    std::cerr << "postgres: " << st << "\n";
+    return 1;
+  }
+
+  Pair embedded{"SQLite + in-process queue", {}}, cluster{"PostgreSQL + Redis Streams", {}};
+  for (int round = 0; round < cfg.rounds; ++round) {
+    if (only != "cluster") {
+      auto store = SqliteStore::Open(absl::StrCat(dir.path(), "/round", round, ".db"));
+      if (!store.ok()) {
+        std::cerr << store.status() << "\n";
+        return 1;
+      }
+      RealClock clock;
+      MemoryWorkQueue queue(clock, WorkQueueOptions{});
+      auto r = RunRound(cfg, **store, queue, *problem, *cache, log, round);
+      if (!r.ok()) {
+        std::cerr << embedded.name << ": " << r.status() << "\n";
+        return 1;
+      }
+      embedded.rounds.push_back(*std::move(r));
+    }
+    if (only != "embedded") {
+      const std::string db = absl::StrCat("ingest", round);
+      if (absl::Status st = postgres.Sql("CREATE DATABASE " + db); !st.ok()) {
+        std::cerr << st << "\n";
+        return 1;
+      }
+      auto store = PostgresStore::Open(postgres.Url(db), PostgresOptions{.pool_size = 8});
+      if (!store.ok()) {
+        std::cerr << store.status() << "\n";
+        return 1;
+      }
+      RedisQueueOptions ro;
+      ro.key_prefix = absl::StrCat("bench", round, ":");
+      auto queue = RedisWorkQueue::Connect(redis.url(), ro, log);
+      if (!queue.ok()) {
+        std::cerr << queue.status() << "\n";
+        return 1;
+      }
+      auto r = RunRound(cfg, **store, **queue, *problem, *cache, log, round);
+      if (!r.ok()) {
+        std::cerr << cluster.name << ": " << r.status() << "\n";
+        return 1;
+      }
+      cluster.rounds.push_back(*std::move(r));
+    }
+  }
+
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) {
+    std::printf("%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %d rounds (medians)\n",
+                cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen, cfg.rounds);
+    std::printf("%-28s %12s %14s %12s %12s\n", "backends", "results/s", "CPU ms/result", "p50 ms", "p99 ms");
+  }
+  for (const Pair* p : {&embedded, &cluster}) {
+    if (p->rounds.empty()) continue;
+    std::vector<double> rate, cpu, p50, p99;
+    for (const auto& r : p->rounds) {
+      rate.push_back(static_cast<double>(r.results) / r.seconds);
+      cpu.push_back(1e3 * r.cpu_seconds / static_cast<double>(r.results));
+      p50.push_back(1e3 * Percentile(r.latencies, 0.50));
+      p99.push_back(1e3 * Percentile(r.latencies, 0.99));
+    }
+    if (json) {
+      out.push_back({{"backends", p->name}, {"results_per_second", bench::Median(rate)},
+                     {"cpu_ms_per_result", bench::Median(cpu)}, {"dispatch_p50_ms", bench::Median(p50)},
+                     {"dispatch_p99_ms", bench::Median(p99)}, {"rates", rate}});
+    } else {
+      std::printf("%-28s %12.0f %14.3f %12.3f %12.3f\n", p->name.c_str(), bench::Median(rate), bench::Median(cpu),
+                  bench::Median(p50), bench::Median(p99));
+    }
+  }
+  if (!json && only.empty()) {
+    std::printf("ratio cluster / embedded, results/s: %.2f\n",
+                bench::Median([&] {
+                  std::vector<double> v;
+                  for (size_t i = 0; i < cluster.rounds.size(); ++i) {
+                    v.push_back((static_cast<double>(cluster.rounds[i].results) / cluster.rounds[i].seconds) /
+                                (static_cast<double>(embedded.rounds[i].results) / embedded.rounds[i].seconds));
+                  }
+                  return v;
+                }()));
+  } else {
+    std::cout << out.dump(1) << "\n";
+  }
+  return 0;
+}
