@@ -159,7 +159,8 @@ int RunJob(const RunArgs& args) {
     auto jobs = (*store)->ListJobs({.problem_hash = problem->content_hash(), .limit = 20});
     if (!jobs.ok()) return BadInput(std::string(jobs.status().message()));
     for (const auto& j : *jobs) {
-      if (j.state() != v1::JOB_STATE_COMPLETED && j.state() != v1::JOB_STATE_FAILED) {
+      if (j.state() != v1::JOB_STATE_COMPLETED && j.state() != v1::JOB_STATE_FAILED &&
+          j.state() != v1::JOB_STATE_CANCELLED) {
         job_id = j.id();
         break;
       }
@@ -268,11 +269,12 @@ int RunJob(const RunArgs& args) {
                                         job->progress().outcome_counts().end());
   std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %.3fx; %s\n", job_id,
                                job->state() == v1::JOB_STATE_COMPLETED   ? "completed"
-                               : job->state() == v1::JOB_STATE_CANCELLED ? "stopped"
-                                                                         : "failed",
+                               : job->state() == v1::JOB_STATE_INTERRUPTED ? "stopped"
+                               : job->state() == v1::JOB_STATE_CANCELLED   ? "cancelled"
+                                                                           : "failed",
                                job->state_reason(), job->progress().evaluations(),
                                job->progress().elapsed_seconds(), job->progress().best_speedup(), Counts(counts));
-  if (job->state() == v1::JOB_STATE_CANCELLED) {
+  if (job->state() == v1::JOB_STATE_INTERRUPTED) {
     std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << db_shown << "\n";
   }
   std::cout << "report: " << args.out_dir << "/report.md\n";

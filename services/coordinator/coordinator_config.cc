@@ -23,10 +23,16 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
              "host:port of kforge-llm-proxy; empty runs the mutators in-process", [&opts] {
                return opts.llm_proxy_address.empty() ? std::string() : CheckHostPort(opts.llm_proxy_address);
              });
-  schema.Add("auth.tokens_file", &opts.auth_tokens_file,
-             "YAML map of bearer token to tenant; empty disables authentication");
+  schema.Add("auth.required", &opts.auth_required,
+             "callers present a bearer token (kforge admin key-create); false: every caller is tenant 'default'");
   schema.Add("jobs.max_running", &opts.max_jobs_running, "jobs run at once; more wait queued",
              [&opts] { return opts.max_jobs_running >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add("jobs.slots", &opts.slots_per_job, "candidates in flight per job",
+             [&opts] { return opts.slots_per_job >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add("jobs.owner", &opts.owner, "this coordinator's name in job leases; empty: host:pid");
+  schema.Add("workers.embedded", &opts.embedded_workers,
+             "workers run inside the coordinator (with queue.kind memory: a one-process server)",
+             [&opts] { return opts.embedded_workers >= 0 ? std::string() : std::string("must be >= 0"); });
 }
 
 }  // namespace kforge::coordinator

@@ -14,8 +14,11 @@ struct CoordinatorOptions {
   std::string queue_kind = "memory";      // memory | redis
   std::string queue_url = "redis://127.0.0.1:6379";
   std::string llm_proxy_address;          // host:port of kforge-llm-proxy; "" = in-process
-  std::string auth_tokens_file;           // token -> tenant map; "" = no authentication
+  bool auth_required = true;              // bearer tokens (API keys in the store) map to tenants
   int64_t max_jobs_running = 8;
+  int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
+  int64_t slots_per_job = 4;              // candidates in flight per job
+  std::string owner;                      // this coordinator's name in job leases; "" = host:pid
 };
 
 // Binds every option to its config key; `opts` must outlive the schema.

@@ -62,21 +62,22 @@ JobRunner::JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& cl
     : store_(store), queue_(queue), mutator_(mutator), clock_(clock), log_(std::move(log)),
       options_(std::move(options)) {}
 
-absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec, const std::string& idempotency_key) {
+absl::StatusOr<v1::Job> MakeJob(v1::JobSpec spec, const std::string& idempotency_key, double now) {
   if (spec.problem().content_hash().empty()) return absl::InvalidArgumentError("job spec has no problem");
   const v1::Budget& b = spec.budget();
   if (b.max_candidates() <= 0 && b.max_wall_seconds() <= 0 && b.target_speedup() <= 0 && b.patience() <= 0) {
     return absl::InvalidArgumentError("a job needs a budget: max_candidates, max_wall_seconds, target_speedup or patience");
   }
-  if (b.max_candidates() < 0 || b.max_wall_seconds() < 0 || b.patience() < 0) {
+  if (b.max_candidates() < 0 || b.max_wall_seconds() < 0 || b.patience() < 0 || b.max_llm_tokens() < 0 ||
+      b.max_llm_cost_usd() < 0 || b.target_speedup() < 0) {
     return absl::InvalidArgumentError("budget values must not be negative");
   }
   if (spec.evolution().screen_children() < 0 || spec.evolution().screen_children() > kMaxScreenChildren) {
     return absl::InvalidArgumentError(absl::StrCat("evolution.screen_children must be in [0, ", kMaxScreenChildren,
                                                    "], got ", spec.evolution().screen_children()));
   }
+  if (idempotency_key.size() > 256) return absl::InvalidArgumentError("idempotency_key is longer than 256 bytes");
   v1::Job job;
-  const double now = clock_.WallSeconds();
   job.set_id(absl::StrCat("job-", Sha256Hex(absl::StrCat(spec.problem().content_hash(), "/", spec.seed(), "/",
                                                          absl::StrFormat("%.9f", now), "/", idempotency_key))
                                       .substr(0, 12)));
@@ -84,26 +85,47 @@ absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec, const std::string& i
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_idempotency_key(idempotency_key);
   SetTime(job.mutable_created_at(), now);
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobRunner::Submit(v1::JobSpec spec, const std::string& idempotency_key) {
+  KF_ASSIGN_OR_RETURN(v1::Job job, MakeJob(std::move(spec), idempotency_key, clock_.WallSeconds()));
   return store_.CreateJob(job);
 }
 
-namespace {
-
-bool IsFinal(v1::JobState s) {
-  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED ||
-         (s == v1::JOB_STATE_CANCELLED);
+bool IsFinalJobState(v1::JobState s) {
+  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
 }
-
-}  // namespace
 
 absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::atomic<bool>& stop,
                                        const ProgressFn& progress) {
   KF_ASSIGN_OR_RETURN(v1::Job job, store_.GetJob(job_id));
-  if (job.state() == v1::JOB_STATE_COMPLETED || job.state() == v1::JOB_STATE_FAILED) return job;
-  // One runner at a time: every write below carries this lease's token.
+  if (IsFinalJobState(job.state())) return job;
+  // One runner at a time: every write carries this lease's token.
   KF_ASSIGN_OR_RETURN(const JobLease lease, store_.ClaimJob(job_id, options_.owner, options_.lease_seconds));
+  absl::StatusOr<v1::Job> end = RunLeased(job_id, lease, stop, progress);
+  // A job this runner cannot run (its problem is wrong, its data damaged) fails, with the reason,
+  // instead of being picked up again and again. Transient failures (the store or the queue away)
+  // and a lost lease leave it for a later run.
+  const absl::StatusCode code = end.status().code();
+  if (end.ok() || IsTransient(end.status()) || code == absl::StatusCode::kFailedPrecondition ||
+      code == absl::StatusCode::kCancelled) {
+    return end;
+  }
+  KF_ASSIGN_OR_RETURN(v1::Job failed, store_.GetJob(job_id));
+  failed.set_state(v1::JOB_STATE_FAILED);
+  failed.set_state_reason(std::string(end.status().message()));
+  SetTime(failed.mutable_finished_at(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(store_.UpdateJob(failed, lease.token).status());
+  KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id, lease));
+  log_->error("job={} failed: {}", job_id, end.status().message());
+  return end;
+}
+
+absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const JobLease& lease,
+                                             const std::atomic<bool>& stop, const ProgressFn& progress) {
   const int64_t fence = lease.token;
-  KF_ASSIGN_OR_RETURN(job, store_.GetJob(job_id));  // as of the claim
+  KF_ASSIGN_OR_RETURN(v1::Job job, store_.GetJob(job_id));  // as of the claim
   const v1::Problem& problem = job.spec().problem();
   const v1::Budget& budget = job.spec().budget();
   const std::string stream = StreamFor(problem, options_.device_class);
@@ -153,7 +175,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       }
       if (!absl::IsAborted(v.status()) || attempt > 0) return v.status();
       KF_ASSIGN_OR_RETURN(v1::Job stored, store_.GetJob(job_id));
-      if (IsFinal(stored.state())) {
+      if (IsFinalJobState(stored.state())) {
         ended_elsewhere = std::move(stored);
         return absl::OkStatus();
       }
@@ -276,7 +298,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     v1::Candidate child;
     if (seq == 0) {
       auto params = space.DefaultAssignment();
-      if (!params.has_value()) return absl::FailedPreconditionError("no param assignment satisfies the constraints");
+      if (!params.has_value()) return absl::InvalidArgumentError("no param assignment satisfies the constraints");
       child = MakeSeedCandidate(problem, *params);
     } else {
       Selection sel = engine.Select(seq);
@@ -413,7 +435,8 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     return ingest_ready(/*notify=*/true);
   };
 
-  const double renew_every = std::max(0.05, options_.lease_seconds / 3);
+  // The lease is renewed (and the stored job read: a user's cancel) every lease / 3, at most 2 s.
+  const double renew_every = std::max(0.05, std::min(2.0, options_.lease_seconds / 3));
   double next_renewal = clock_.MonotonicSeconds() + renew_every;
   bool interrupted = false;
   while (true) {
@@ -427,7 +450,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
       KF_RETURN_IF_ERROR(store_.RenewJobLease(job_id, lease, options_.lease_seconds));
       next_renewal = clock_.MonotonicSeconds() + renew_every;
       KF_ASSIGN_OR_RETURN(v1::Job stored, store_.GetJob(job_id));
-      if (IsFinal(stored.state())) {
+      if (IsFinalJobState(stored.state())) {
         ended_elsewhere = std::move(stored);
         break;
       }
@@ -477,13 +500,13 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
     job.set_state(v1::JOB_STATE_FAILED);
     job.set_state_reason(fail_reason);
   } else if (interrupted) {
-    job.set_state(v1::JOB_STATE_CANCELLED);
+    job.set_state(v1::JOB_STATE_INTERRUPTED);
     job.set_state_reason("interrupted; resume to continue");
   } else {
     job.set_state(v1::JOB_STATE_COMPLETED);
     job.set_state_reason(stop_reason);
   }
-  if (job.state() != v1::JOB_STATE_CANCELLED) SetTime(job.mutable_finished_at(), clock_.WallSeconds());
+  if (job.state() != v1::JOB_STATE_INTERRUPTED) SetTime(job.mutable_finished_at(), clock_.WallSeconds());
   KF_RETURN_IF_ERROR(save_job());
   if (ended_elsewhere.has_value()) return *ended_elsewhere;
   v1::JobEvent ev = event();

@@ -53,6 +53,12 @@ struct Progress {
 };
 using ProgressFn = std::function<void(const Progress&)>;
 
+// A new job (QUEUED) from a spec, checked: a problem, a budget, values in range. Not stored.
+[[nodiscard]] absl::StatusOr<v1::Job> MakeJob(v1::JobSpec spec, const std::string& idempotency_key, double now);
+
+// Whether nothing will resume the job: it completed, failed, or a user cancelled it.
+bool IsFinalJobState(v1::JobState state);
+
 class JobRunner {
  public:
   JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log,
@@ -61,12 +67,16 @@ class JobRunner {
   // Validates the spec, stores the job (QUEUED) and returns it. A non-empty idempotency key that
   // the spec's tenant used before returns the job that submit created instead.
   [[nodiscard]] absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& idempotency_key = "");
-  // Runs or resumes the job until a stop rule ends it (COMPLETED), it fails (FAILED), or `stop`
-  // is set (CANCELLED, "interrupted"; resumable). Returns the final job.
+  // Runs or resumes the job until a stop rule ends it (COMPLETED), it fails (FAILED), `stop` is
+  // set (INTERRUPTED; resumable), or someone else ends it (a user's CANCELLED, written to the
+  // store). Returns the final job; a job already ended is returned as it is.
   [[nodiscard]] absl::StatusOr<v1::Job> Run(const std::string& job_id, const std::atomic<bool>& stop,
                                            const ProgressFn& progress = nullptr);
 
  private:
+  absl::StatusOr<v1::Job> RunLeased(const std::string& job_id, const JobLease& lease, const std::atomic<bool>& stop,
+                                    const ProgressFn& progress);
+
   Store& store_;
   WorkQueue& queue_;
   Mutator& mutator_;

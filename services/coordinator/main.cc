@@ -1,21 +1,156 @@
-// kforge-coordinator: reads its config and wires the coordinator's parts.
+// kforge-coordinator: serves CoordinatorService. Wires the store (SQLite file or PostgreSQL), the
+// work queue (in-process or Redis Streams), the mutators (in-process, or kforge-llm-proxy), the
+// job manager and, when configured, workers inside this process. SIGINT/SIGTERM: running jobs are
+// interrupted (resumable: this coordinator restarted, or another, resumes them) and it exits 0.
 
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
 #include <iostream>
+#include <memory>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/kt_cache.h"
 #include "common/logging.h"
+#include "common/queue/lease_extender.h"
+#include "common/queue/memory_queue.h"
+#include "common/queue/redis_queue.h"
+#include "common/queue/stream.h"
+#include "common/server_util.h"
+#include "common/store/postgres_store.h"
+#include "common/store/sqlite_store.h"
+#include "services/coordinator/auth.h"
 #include "services/coordinator/coordinator_config.h"
+#include "services/coordinator/coordinator_service.h"
+#include "services/coordinator/job_api.h"
+#include "services/coordinator/job_manager.h"
+#include "services/gpu-worker/evaluator.h"
+#include "services/gpu-worker/queue_worker.h"
+#include "services/llm-proxy/parametric_mutator.h"
+#include "services/llm-proxy/proxy_service.h"
+
+namespace {
+
+using namespace kforge;
+
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const coordinator::CoordinatorOptions& o) {
+  if (o.store_kind == "postgres" || IsPostgresUrl(o.store_url)) {
+    auto pg = PostgresStore::Open(o.store_url);
+    if (!pg.ok()) return pg.status();
+    return std::unique_ptr<Store>(*std::move(pg));
+  }
+  auto sq = SqliteStore::Open(o.store_url);
+  if (!sq.ok()) return sq.status();
+  return std::unique_ptr<Store>(*std::move(sq));
+}
+
+// The parametric mutator for a problem: a replay problem's recorded configurations only.
+absl::StatusOr<std::shared_ptr<Mutator>> InProcessMutator(const v1::Problem& problem) {
+  ValidityFn validity;
+  if (problem.backend() == v1::BACKEND_REPLAY) {
+    auto cache = LoadKtCache(problem.replay().cache_path(), problem.replay().cache_file());
+    if (!cache.ok()) return cache.status();
+    auto shared = std::make_shared<KtCache>(*std::move(cache));
+    validity = [shared](const ParamAssignment& a) { return shared->Records(a); };
+  }
+  return std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, validity);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  kforge::coordinator::CoordinatorOptions opts;
-  kforge::ConfigSchema schema;
-  kforge::coordinator::AddCoordinatorFields(schema, opts);
-  if (auto rc = kforge::LoadServiceConfigFromArgs(argc, argv, "kforge-coordinator",
-                                                  "kforge coordinator: jobs, evolution, dispatch",
-                                                  "KFORGE_COORDINATOR", schema)) {
+  coordinator::CoordinatorOptions opts;
+  ConfigSchema schema;
+  coordinator::AddCoordinatorFields(schema, opts);
+  if (auto rc = LoadServiceConfigFromArgs(argc, argv, "kforge-coordinator",
+                                          "kforge coordinator: jobs, evolution, dispatch", "KFORGE_COORDINATOR",
+                                          schema)) {
     return *rc;
   }
-  auto log = kforge::MakeLogger("coordinator", *kforge::ParseLogLevel(opts.server.log_level));
-  std::cout << schema.Dump();
-  log->warn("serving is not implemented yet in this build; use `kforge run` (embedded mode)");
-  return 0;
+  BlockTerminationSignals();
+  auto log = MakeLogger("coordinator", *ParseLogLevel(opts.server.log_level));
+  RealClock clock;
+
+  auto store = OpenStore(opts);
+  if (!store.ok()) {
+    std::cerr << "kforge-coordinator: store: " << store.status().message() << "\n";
+    return absl::IsUnavailable(store.status()) ? 1 : 2;
+  }
+  constexpr double kLeaseSeconds = 30;
+  std::unique_ptr<WorkQueue> queue;
+  if (opts.queue_kind == "redis") {
+    RedisQueueOptions ro;
+    ro.queue.lease_seconds = kLeaseSeconds;
+    ro.coordinator = opts.owner.empty() ? "coordinator" : opts.owner;
+    auto redis = RedisWorkQueue::Connect(opts.queue_url, ro, log);
+    if (!redis.ok()) {
+      std::cerr << "kforge-coordinator: queue " << opts.queue_url << ": " << redis.status().message() << "\n";
+      return 1;
+    }
+    queue = *std::move(redis);
+  } else {
+    queue = std::make_unique<MemoryWorkQueue>(clock, WorkQueueOptions{.lease_seconds = kLeaseSeconds});
+  }
+
+  coordinator::MutatorFactory mutators = InProcessMutator;
+  if (!opts.llm_proxy_address.empty()) {
+    auto remote = std::make_shared<llm::RemoteMutator>(
+        grpc::CreateChannel(opts.llm_proxy_address, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/120);
+    mutators = [remote](const v1::Problem&) -> absl::StatusOr<std::shared_ptr<Mutator>> { return remote; };
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string owner = opts.owner.empty() ? absl::StrCat(host, ":", getpid()) : opts.owner;
+  coordinator::JobManager manager(**store, *queue, mutators, clock, log,
+                                  {.owner = owner,
+                                   .max_running = static_cast<int>(opts.max_jobs_running),
+                                   .slots = static_cast<int>(opts.slots_per_job),
+                                   .lease_seconds = kLeaseSeconds});
+  // Submitted problems are written next to a SQLite database, or in the temporary folder.
+  const std::string problems_dir =
+      (opts.store_kind == "sqlite" && !IsPostgresUrl(opts.store_url) && opts.store_url != ":memory:")
+          ? opts.store_url + ".problems"
+          : (std::filesystem::temp_directory_path() / absl::StrCat("kforge-coordinator-", getpid())).string();
+  coordinator::JobApi api(**store, manager, {.problems_dir = problems_dir});
+  coordinator::Authenticator auth(**store, opts.auth_required);
+  coordinator::CoordinatorServiceImpl service(api, auth);
+  log->info("owner={} store={} queue={} auth={} max_running={} slots={} problems_dir={}", owner,
+            RedactUrlPassword(opts.store_url), opts.queue_kind, opts.auth_required ? "required" : "off",
+            opts.max_jobs_running, opts.slots_per_job, problems_dir);
+  if (!opts.auth_required) log->warn("authentication is off: every caller is tenant '{}'", coordinator::kDefaultTenant);
+
+  // Workers in this process, on the replay and OpenCL streams (a one-process server).
+  LeaseExtendingQueue worker_queue(*queue, kLeaseSeconds / 3, log);
+  std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
+  std::vector<std::thread> workers;
+  std::atomic<bool> workers_stop{false};
+  for (v1::Backend backend : {v1::BACKEND_REPLAY, v1::BACKEND_OPENCL}) {
+    v1::Problem p;
+    p.set_backend(backend);
+    const std::string stream = StreamFor(p);
+    for (int64_t i = 0; i < opts.embedded_workers; ++i) {
+      const std::string name = absl::StrCat(owner, "/", stream, "-", i);
+      worker::EvaluatorOptions eo;
+      eo.worker_id = name;
+      evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
+      worker::Evaluator* ev = evaluators.back().get();
+      workers.emplace_back([&worker_queue, ev, stream, name, &workers_stop, &log] {
+        worker::QueueWorker w(worker_queue, *ev, stream, name, log);
+        w.Run(workers_stop);
+      });
+    }
+  }
+  manager.Start();
+  constexpr double kShutdownSeconds = 5;
+  const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
+                                  std::make_shared<prometheus::Registry>(), log, kShutdownSeconds,
+                                  [&manager] { manager.Stop(); });
+  manager.Stop();
+  workers_stop = true;
+  queue->Close();
+  for (auto& t : workers) t.join();
+  return rc;
 }

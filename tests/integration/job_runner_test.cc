@@ -701,7 +701,7 @@ TEST_P(JobRunnerResumeTest, StopThenResumeMatchesAnUninterruptedRun) {
     RunReport rep = Run(*store, id, {.stop_after = stop_at});
     ASSERT_TRUE(rep.job.ok()) << rep.job.status();
     const auto [cands_after, evals_after] = StoredCounts(*store, id);
-    EXPECT_EQ(rep.job->state(), v1::JOB_STATE_CANCELLED);
+    EXPECT_EQ(rep.job->state(), v1::JOB_STATE_INTERRUPTED);
     EXPECT_THAT(rep.job->state_reason(), StartsWith("interrupted"));
     EXPECT_GE(rep.job->progress().evaluations(), std::max(stop_at, last));
     EXPECT_LT(rep.job->progress().evaluations(), budget);
@@ -709,7 +709,7 @@ TEST_P(JobRunnerResumeTest, StopThenResumeMatchesAnUninterruptedRun) {
     ExpectConsistent(*store, *rep.job, /*finished=*/false);
     auto stored = store->GetJob(id);
     ASSERT_TRUE(stored.ok());
-    EXPECT_EQ(stored->state(), v1::JOB_STATE_CANCELLED);
+    EXPECT_EQ(stored->state(), v1::JOB_STATE_INTERRUPTED);
     // What was proposed so far is a prefix of the uninterrupted run's candidates.
     const auto got = TraceOf(*store, id);
     ASSERT_LE(got.size(), want.size());
@@ -764,7 +764,7 @@ TEST_P(JobRunnerResumeTest, StopThenResumeWithThreeSlots) {
   const std::string id = Submit(*store, Spec(19, budget));
   RunReport a = Run(*store, id, {.workers = 1, .slots = 3, .stop_after = 12});
   ASSERT_TRUE(a.job.ok()) << a.job.status();
-  ASSERT_EQ(a.job->state(), v1::JOB_STATE_CANCELLED);
+  ASSERT_EQ(a.job->state(), v1::JOB_STATE_INTERRUPTED);
   ExpectConsistent(*store, *a.job, /*finished=*/false);
   auto stored = store->ListEvaluations(id);
   ASSERT_TRUE(stored.ok());

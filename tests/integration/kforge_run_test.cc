@@ -422,7 +422,7 @@ TEST(KforgeRunTest, SigtermStopsResumably) {
       std::cerr << "note: the job finished before SIGTERM landed\n";
       return;
     }
-    EXPECT_EQ(jobs[0].state(), v1::JOB_STATE_CANCELLED);
+    EXPECT_EQ(jobs[0].state(), v1::JOB_STATE_INTERRUPTED);
     EXPECT_LT(jobs[0].progress().evaluations(), budget);
     EXPECT_GE(jobs[0].progress().evaluations(), 1);
   }
