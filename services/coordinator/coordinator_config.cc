@@ -30,6 +30,9 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
   schema.Add("jobs.slots", &opts.slots_per_job, "candidates in flight per job",
              [&opts] { return opts.slots_per_job >= 1 ? std::string() : std::string("must be >= 1"); });
   schema.Add("jobs.owner", &opts.owner, "this coordinator's name in job leases; empty: host:pid");
+  schema.Add("jobs.problems_dir", &opts.problems_dir,
+             "where submitted problem folders are written (replay caches among them: workers read them from "
+             "worker.replay_dirs); empty: beside a SQLite database, else the temporary folder");
   schema.Add("workers.embedded", &opts.embedded_workers,
              "workers run inside the coordinator (with queue.kind memory: a one-process server)",
              [&opts] { return opts.embedded_workers >= 0 ? std::string() : std::string("must be >= 0"); });

@@ -19,6 +19,7 @@ struct CoordinatorOptions {
   int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
   int64_t slots_per_job = 4;              // candidates in flight per job
   std::string owner;                      // this coordinator's name in job leases; "" = host:pid
+  std::string problems_dir;               // submitted problem folders; "" = next to a SQLite db, else /tmp
 };
 
 // Binds every option to its config key; `opts` must outlive the schema.

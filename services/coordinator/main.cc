@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
                                    .lease_seconds = kLeaseSeconds});
   // Submitted problems are written next to a SQLite database, or in the temporary folder.
   const std::string problems_dir =
-      (opts.store_kind == "sqlite" && !IsPostgresUrl(opts.store_url) && opts.store_url != ":memory:")
+      !opts.problems_dir.empty() ? opts.problems_dir
+      : (opts.store_kind == "sqlite" && !IsPostgresUrl(opts.store_url) && opts.store_url != ":memory:")
           ? opts.store_url + ".problems"
           : (std::filesystem::temp_directory_path() / absl::StrCat("kforge-coordinator-", getpid())).string();
   coordinator::JobApi api(**store, manager, {.problems_dir = problems_dir});

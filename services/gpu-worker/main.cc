@@ -1,19 +1,28 @@
-// kforge-gpu-worker: reads its config, wires evaluator + sandbox + admin service + metrics.
+// kforge-gpu-worker: reads its config, wires evaluator + sandbox + admin service + metrics, and (with
+// queue.pull) the loops that pull candidates from the work queue.
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <vector>
 #include <chrono>
 #include <thread>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/queue/lease_extender.h"
+#include "common/queue/redis_queue.h"
+#include "common/queue/stream.h"
 #include "common/clock.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/server_util.h"
 #include "services/gpu-worker/worker_config.h"
+#include "services/gpu-worker/queue_worker.h"
 #include "services/gpu-worker/worker_service.h"
 
 int main(int argc, char** argv) {
@@ -74,6 +83,36 @@ int main(int argc, char** argv) {
   core.ProbeBackends();
   worker::WorkerAdminServiceImpl service(core);
   log->info("worker_id={}", opts.worker_id);
+
+  // A fleet worker: one loop per slot pulls from the streams of the backends it serves, extending
+  // its leases while it evaluates; a drain stops the pulling and lets what is in flight finish.
+  std::unique_ptr<RedisWorkQueue> queue;
+  std::unique_ptr<LeaseExtendingQueue> leased;
+  std::vector<std::thread> pullers;
+  std::atomic<bool> stop_pulling{false};
+  if (opts.queue_pull) {
+    RedisQueueOptions ro;
+    auto q = RedisWorkQueue::Connect(opts.queue_url, ro, log);
+    if (!q.ok()) {
+      std::cerr << "kforge-gpu-worker: queue " << opts.queue_url << ": " << q.status().message() << "\n";
+      return absl::IsInvalidArgument(q.status()) ? 2 : 1;
+    }
+    queue = *std::move(q);
+    leased = std::make_unique<LeaseExtendingQueue>(*queue, ro.queue.lease_seconds / 3, log);
+    std::vector<std::string> streams;
+    for (v1::Backend b : core_opts.backends) {
+      v1::Problem p;
+      p.set_backend(b);
+      streams.push_back(StreamFor(p, opts.device_class));
+    }
+    log->info("pulling from {} streams={} slots={}", opts.queue_url, absl::StrJoin(streams, ","), opts.slots);
+    for (int64_t i = 0; i < opts.slots; ++i) {
+      pullers.emplace_back([&, streams, i] {
+        worker::QueueWorker w(*leased, evaluator, &core, streams, absl::StrCat(opts.worker_id, "/", i), log);
+        w.Run(stop_pulling);
+      });
+    }
+  }
   // In-flight evaluations get drain_seconds to finish after a drain; then their sandboxes are
   // killed (they end as infra errors) so that the server's shutdown deadline holds.
   std::thread interrupter;
@@ -90,5 +129,8 @@ int main(int argc, char** argv) {
                                     });
                                   });
   if (interrupter.joinable()) interrupter.join();
+  stop_pulling = true;
+  if (queue != nullptr) queue->Close();
+  for (auto& t : pullers) t.join();
   return rc;
 }

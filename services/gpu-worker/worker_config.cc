@@ -20,6 +20,10 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
   schema.Add("worker.slots", &opts.slots, "candidates evaluated at once",
              [&opts] { return opts.slots >= 1 && opts.slots <= 256 ? std::string() : std::string("must be 1 to 256"); });
   schema.Add("queue.url", &opts.queue_url, "redis://host:port of the work queue");
+  schema.Add("queue.pull", &opts.queue_pull,
+             "pull candidates from the work queue (one loop per slot, over the streams of worker.backends)");
+  schema.Add("queue.device_class", &opts.device_class,
+             "serve the streams of this device class (as the coordinator's); empty = any device");
   schema.Add("sandbox.timeout_seconds", &opts.timeout_seconds, "wall-clock limit per candidate",
              [&opts] { return opts.timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
   schema.Add("sandbox.compile_timeout_seconds", &opts.compile_timeout_seconds,

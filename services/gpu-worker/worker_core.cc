@@ -109,6 +109,11 @@ absl::StatusOr<v1::EvaluationResult> WorkerCore::Evaluate(const v1::EvaluationRe
   return r;
 }
 
+bool WorkerCore::Draining() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draining_;
+}
+
 int WorkerCore::Drain() {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;

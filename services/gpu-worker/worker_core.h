@@ -53,6 +53,7 @@ class WorkerCore {
   [[nodiscard]] absl::StatusOr<v1::EvaluationResult> Evaluate(const v1::EvaluationRequest& request);
   // Stops accepting work; returns the evaluations still in flight.
   int Drain();
+  bool Draining();
 
  private:
   WorkerCoreOptions options_;

@@ -1,0 +1,218 @@
+// The cluster as separate processes on loopback: PostgreSQL, Redis, kforge-coordinator and three
+// kforge-gpu-workers pulling from the queue. Three jobs from two tenants run while a worker is
+// killed mid-run, the coordinator restarts, Redis restarts without its data and PostgreSQL
+// restarts: every job completes, every candidate has exactly one evaluation in PostgreSQL, each
+// tenant sees only its own jobs, and bad tokens and a crafted problem are refused with every
+// process still up.
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/store/api_key.h"
+#include "common/store/postgres_store.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kforge/v1/coordinator.grpc.pb.h"
+#include "tests/integration/replay_fixture.h"
+#include "tests/testutil/background_process.h"
+#include "tests/testutil/postgres_server.h"
+#include "tests/testutil/redis_server.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::testing {
+namespace {
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (PostgresServer::BinDir().empty()) GTEST_SKIP() << "PostgreSQL is not installed";
+    if (!RedisServer::Available()) GTEST_SKIP() << RedisServer::kAbsent;
+    ASSERT_TRUE(postgres_.Start().ok());
+    ASSERT_TRUE(postgres_.Sql("CREATE DATABASE cluster").ok());
+    ASSERT_TRUE(redis_.Start()) << redis_.error();
+    // Tenants and their keys, as `kforge admin` makes them.
+    auto store = PostgresStore::Open(postgres_.Url("cluster"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (const char* name : {"team-a", "team-b"}) {
+      v1::Tenant t;
+      t.set_name(name);
+      ASSERT_TRUE((*store)->CreateTenant(t).ok());
+      auto key = MintApiKey(name, "test", false);
+      ASSERT_TRUE(key.ok());
+      ASSERT_TRUE((*store)->CreateApiKey(key->record).ok());
+      tokens_[name] = key->token;
+    }
+    SynthSpace space;
+    space.extra_z = 100;
+    const std::string folder = WriteSynthReplayProblem(dir_, "synth", space);
+    for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+      std::ifstream in(entry.path(), std::ios::binary);
+      files_[entry.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    problems_ = dir_.path() + "/problems";
+    StartCoordinator();
+    for (int i = 0; i < 3; ++i) workers_.push_back(StartWorker(i));
+  }
+
+  void StartCoordinator() {
+    const std::string cfg = dir_.Write(
+        "coordinator.yaml",
+        absl::StrCat("server: {listen: \"127.0.0.1:0\", metrics_listen: \"127.0.0.1:0\", log_level: warn}\n"
+                     "store: {kind: postgres, url: \"",
+                     postgres_.Url("cluster"), "\"}\nqueue: {kind: redis, url: \"", redis_.url(),
+                     "\"}\nauth: {required: true}\njobs: {slots: 2, problems_dir: \"", problems_,
+                     "\"}\n"));
+    coordinator_ = std::make_unique<BackgroundProcess>(BinaryDir() + "/services/coordinator/kforge-coordinator",
+                                                       std::vector<std::string>{"--config", cfg});
+    const std::string line = coordinator_->WaitForLine("listening ", 30);
+    ASSERT_FALSE(line.empty()) << "the coordinator did not start";
+    int metrics = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &port_, &metrics), 2) << line;
+    stub_ = v1::CoordinatorService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+
+  std::unique_ptr<BackgroundProcess> StartWorker(int i) {
+    const std::string cfg = dir_.Write(
+        absl::StrCat("worker", i, ".yaml"),
+        absl::StrCat("server: {listen: \"127.0.0.1:0\", metrics_listen: \"127.0.0.1:0\", log_level: warn}\n"
+                     "worker: {id: w",
+                     i, ", backends: replay, slots: 1, replay_dirs: \"", problems_, "\"}\nqueue: {url: \"",
+                     redis_.url(), "\", pull: true}\n"));
+    auto w = std::make_unique<BackgroundProcess>(BinaryDir() + "/services/gpu-worker/kforge-gpu-worker",
+                                                 std::vector<std::string>{"--config", cfg});
+    EXPECT_FALSE(w->WaitForLine("listening ", 30).empty()) << "worker " << i << " did not start";
+    return w;
+  }
+
+  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    return ctx;
+  }
+
+  std::string Submit(const std::string& tenant, int64_t budget, uint64_t seed) {
+    v1::SubmitJobRequest req;
+    for (const auto& [name, bytes] : files_) (*req.mutable_problem_files())[name] = bytes;
+    req.mutable_spec()->mutable_budget()->set_max_candidates(budget);
+    req.mutable_spec()->set_seed(seed);
+    v1::SubmitJobResponse resp;
+    grpc::Status st = stub_->SubmitJob(Ctx(tokens_[tenant]).get(), req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job().id();
+  }
+
+  // The job as its tenant sees it; retried while the coordinator restarts.
+  v1::Job Get(const std::string& tenant, const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    for (int i = 0; i < 100; ++i) {
+      grpc::Status st = stub_->GetJob(Ctx(tokens_[tenant]).get(), req, &job);
+      if (st.ok()) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << "GetJob " << id << " kept failing";
+    return job;
+  }
+
+  void WaitForEvaluations(const std::string& tenant, const std::string& id, int64_t n) {
+    for (int i = 0; i < 600; ++i) {
+      v1::Job j = Get(tenant, id);
+      if (j.progress().evaluations() >= n || j.state() == v1::JOB_STATE_COMPLETED) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  TempDir dir_;
+  PostgresServer postgres_;
+  RedisServer redis_;  // no persistence: a restart loses everything
+  std::map<std::string, std::string> tokens_;
+  std::map<std::string, std::string> files_;
+  std::string problems_;
+  std::unique_ptr<BackgroundProcess> coordinator_;
+  std::vector<std::unique_ptr<BackgroundProcess>> workers_;
+  int port_ = 0;
+  std::unique_ptr<v1::CoordinatorService::Stub> stub_;
+};
+
+TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRestarts) {
+  const std::string a1 = Submit("team-a", 300, 1);
+  const std::string b1 = Submit("team-b", 300, 2);
+  const std::string a2 = Submit("team-a", 200, 3);
+  ASSERT_FALSE(a1.empty() || b1.empty() || a2.empty());
+
+  WaitForEvaluations("team-a", a1, 20);
+  workers_[0]->Kill(SIGKILL);  // mid-evaluation or between: its lease comes back either way
+  WaitForEvaluations("team-a", a1, 60);
+  EXPECT_EQ(coordinator_->Kill(SIGTERM), 0) << "a clean shutdown";
+  StartCoordinator();
+  WaitForEvaluations("team-a", a1, 100);
+  ASSERT_TRUE(redis_.RestartEmpty()) << redis_.error();
+  WaitForEvaluations("team-a", a1, 140);
+  ASSERT_TRUE(postgres_.Restart().ok());
+
+  std::map<std::string, std::string> jobs = {{a1, "team-a"}, {b1, "team-b"}, {a2, "team-a"}};
+  for (const auto& [id, tenant] : jobs) {
+    v1::Job j;
+    for (int i = 0; i < 1200; ++i) {
+      j = Get(tenant, id);
+      if (j.state() == v1::JOB_STATE_COMPLETED || j.state() == v1::JOB_STATE_FAILED) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(j.state(), v1::JOB_STATE_COMPLETED) << id << ": " << j.state_reason();
+    EXPECT_EQ(j.progress().evaluations(), j.spec().budget().max_candidates()) << id;
+  }
+  // In PostgreSQL: every candidate of every job has exactly one evaluation.
+  auto store = PostgresStore::Open(postgres_.Url("cluster"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const auto& [id, tenant] : jobs) {
+    auto cands = (*store)->ListCandidates(id);
+    auto evals = (*store)->ListEvaluations(id);
+    ASSERT_TRUE(cands.ok() && evals.ok());
+    std::multiset<std::string> evaluated;
+    for (const auto& e : *evals) evaluated.insert(e.candidate_id());
+    EXPECT_EQ(evals->size(), cands->size()) << id;
+    for (const auto& c : *cands) EXPECT_EQ(evaluated.count(c.id()), 1u) << id << " " << c.id();
+  }
+
+  // Tenants see only their own jobs; missing and wrong tokens are refused.
+  v1::GetJobRequest other;
+  other.set_job_id(a1);
+  v1::Job out;
+  EXPECT_EQ(stub_->GetJob(Ctx(tokens_["team-b"]).get(), other, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(stub_->ListJobs(Ctx(tokens_["team-b"]).get(), v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).id(), b1);
+  EXPECT_EQ(stub_->GetJob(Ctx("").get(), other, &out).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub_->GetJob(Ctx("kf_000000000000_0").get(), other, &out).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // A crafted problem is refused, and nothing died.
+  v1::SubmitJobRequest bad;
+  (*bad.mutable_problem_files())["problem.yaml"] =
+      "name: x\nbackend: opencl\nsizes: {N: 9999999999999999999999}\nbuffers: {a: {dtype: f32, shape: [N]}}\n";
+  bad.mutable_spec()->mutable_budget()->set_max_candidates(5);
+  v1::SubmitJobResponse resp;
+  EXPECT_EQ(stub_->SubmitJob(Ctx(tokens_["team-a"]).get(), bad, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(kill(coordinator_->pid(), 0), 0);
+  for (size_t i = 1; i < workers_.size(); ++i) EXPECT_EQ(kill(workers_[i]->pid(), 0), 0) << "worker " << i;
+}
+
+}  // namespace
+}  // namespace kforge::testing
