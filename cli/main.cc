@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "cli/admin_command.h"
+#include "cli/client_commands.h"
 #include "cli/eval_command.h"
 #include "cli/run_command.h"
 #include "cli/validate_command.h"
@@ -81,6 +83,11 @@ int main(int argc, char** argv) {
   run->add_option("--queue", run_args.queue,
                   "work queue: redis://host:port[/db] for Redis Streams (default: in-process)");
 
+  kforge::cli::ClientCommands client_commands;
+  client_commands.Register(app);
+  kforge::cli::AdminCommands admin_commands;
+  admin_commands.Register(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -90,5 +97,7 @@ int main(int argc, char** argv) {
   if (*validate) return Validate(validate_dir);
   if (*eval) return kforge::cli::RunEval(eval_args);
   if (*run) return kforge::cli::RunJob(run_args);
+  if (auto rc = client_commands.Run()) return *rc;
+  if (auto rc = admin_commands.Run()) return *rc;
   return 2;
 }

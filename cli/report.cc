@@ -76,6 +76,27 @@ std::string ProgressSvg(const std::vector<double>& best, const std::string& titl
   return svg;
 }
 
+absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v1::Candidate& b,
+                       const v1::EvaluationResult& result, double speedup) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
+  if (p.backend() != v1::BACKEND_REPLAY) {
+    const char* ext = p.backend() == v1::BACKEND_CUDA ? ".cu" : ".cl";
+    if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), b.source()); !st.ok()) return st;
+  }
+  nlohmann::json bj = {{"candidate_id", b.id()}, {"speedup", speedup}};
+  bj["params"] = ToJson(b)["params"];
+  v1::LaunchPlan plan = b.plan();
+  if (plan.launches().empty()) {
+    *plan.mutable_launches() = p.seed().launches();
+    *plan.mutable_scratch() = p.seed().scratch();
+  }
+  bj["launch_plan"] = ToJson(plan);
+  bj["timings"] = ToJson(result)["timings"];
+  return WriteFile(fs::path(out_dir) / "best.json", bj.dump(2) + "\n");
+}
+
 absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const std::vector<v1::Candidate>& cands,
                          const std::vector<v1::EvaluationResult>& evals) {
   std::error_code ec;
@@ -206,23 +227,7 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
       !st.ok()) {
     return st;
   }
-  if (job.has_best()) {
-    const v1::Candidate& b = job.best();
-    if (p.backend() != v1::BACKEND_REPLAY) {
-      const char* ext = p.backend() == v1::BACKEND_CUDA ? ".cu" : ".cl";
-      if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), b.source()); !st.ok()) return st;
-    }
-    nlohmann::json bj = {{"candidate_id", b.id()}, {"speedup", job.progress().best_speedup()}};
-    bj["params"] = ToJson(b)["params"];
-    v1::LaunchPlan plan = b.plan();
-    if (plan.launches().empty()) {
-      *plan.mutable_launches() = p.seed().launches();
-      *plan.mutable_scratch() = p.seed().scratch();
-    }
-    bj["launch_plan"] = ToJson(plan);
-    bj["timings"] = ToJson(job.best_result())["timings"];
-    if (absl::Status st = WriteFile(fs::path(out_dir) / "best.json", bj.dump(2) + "\n"); !st.ok()) return st;
-  }
+  if (job.has_best()) return WriteBest(out_dir, p, job.best(), job.best_result(), job.progress().best_speedup());
   return absl::OkStatus();
 }
 

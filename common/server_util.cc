@@ -13,12 +13,13 @@
 namespace kforge {
 
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
-                                              const std::vector<grpc::Service*>& services) {
+                                              const std::vector<grpc::Service*>& services, int max_receive_bytes) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer out;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &out.port);
+  builder.SetMaxReceiveMessageSize(max_receive_bytes);
   for (auto* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
@@ -43,9 +44,10 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
 
 int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
-                     const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal) {
+                     const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal,
+                     int max_receive_bytes) {
   LogListenAddresses(listen, metrics_listen, log);
-  auto server = StartGrpcServer(listen, services);
+  auto server = StartGrpcServer(listen, services, max_receive_bytes);
   if (!server.ok()) {
     log->error("{}", server.status().message());
     return 1;

@@ -21,10 +21,15 @@ struct StartedServer {
   int port = 0;  // the port actually bound (listen port 0 picks a free one)
 };
 
+// gRPC's default limit on a received message.
+inline constexpr int kDefaultMaxReceiveBytes = 4 << 20;
+
 // Builds and starts a gRPC server on `listen` (host:port) serving `services`, plus the standard
-// health service and reflection. Insecure credentials: TLS terminates at the deployment's proxy.
+// health service and reflection; a larger message than `max_receive_bytes` is refused
+// (RESOURCE_EXHAUSTED). Insecure credentials: TLS terminates at the deployment's proxy.
 [[nodiscard]] absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
-                                                            const std::vector<grpc::Service*>& services);
+                                                            const std::vector<grpc::Service*>& services,
+                                                            int max_receive_bytes = kDefaultMaxReceiveBytes);
 
 struct MetricsEndpoint {
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -41,7 +46,8 @@ struct MetricsEndpoint {
 // server is shut down with `shutdown_seconds` of grace. Returns the process exit code.
 int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
-                     const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr);
+                     const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr,
+                     int max_receive_bytes = kDefaultMaxReceiveBytes);
 
 // Whether a listen address (host:port) is reachable from this machine only: 127.x.x.x, ::1,
 // localhost, or a unix: socket.

@@ -199,10 +199,23 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
       if (c.mutator() == v1::MUTATOR_KIND_SEED && r.outcome() == v1::OUTCOME_INFRA_ERROR) {
         fail_reason = absl::StrCat("the seed could not be evaluated: ", r.message());
       }
+      // What a watcher shows: the job's progress so far.
+      auto progress_now = [&] {
+        v1::JobProgress p = job.progress();
+        p.set_evaluations(static_cast<int64_t>(ingested));
+        p.set_in_flight(static_cast<int64_t>(cands.size() - ingested));
+        p.set_elapsed_seconds(elapsed());
+        p.set_best_speedup(engine.best() ? engine.best()->fitness : 0);
+        p.set_evaluations_since_improvement(engine.since_improvement());
+        p.clear_outcome_counts();
+        for (const auto& [k, v] : counts) (*p.mutable_outcome_counts())[k] = v;
+        return p;
+      };
       if (notify) {
         if (improved) {
           v1::JobEvent ev = event();
           *ev.mutable_improved() = c;
+          *ev.mutable_progress() = progress_now();
           KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence).status());
         }
         if (progress) {
@@ -224,12 +237,15 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
       // Checkpoint progress now and then, so that a killed run resumes with its elapsed time
       // (the wall-time budget) and a watcher sees progress.
       if (notify && (improved || ingested % 10 == 0)) {
-        auto* prog = job.mutable_progress();
-        prog->set_evaluations(static_cast<int64_t>(ingested));
-        prog->set_elapsed_seconds(elapsed());
-        prog->set_best_speedup(engine.best() ? engine.best()->fitness : 0);
+        const v1::JobProgress now = progress_now();
+        *job.mutable_progress() = now;
         KF_RETURN_IF_ERROR(save_job());
         if (ended_elsewhere.has_value()) return absl::OkStatus();
+        if (!improved) {
+          v1::JobEvent ev = event();  // progress only
+          *ev.mutable_progress() = now;
+          KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence).status());
+        }
       }
       // Propose right after each ingestion, so proposal k always sees exactly the evaluations
       // up to k - slots, however the results arrived.

@@ -146,9 +146,11 @@ int main(int argc, char** argv) {
   }
   manager.Start();
   constexpr double kShutdownSeconds = 5;
+  // A submit carries a problem folder (JobApi allows 64 MiB of files).
+  constexpr int kMaxSubmitBytes = 72 << 20;
   const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
                                   std::make_shared<prometheus::Registry>(), log, kShutdownSeconds,
-                                  [&manager] { manager.Stop(); });
+                                  [&manager] { manager.Stop(); }, kMaxSubmitBytes);
   manager.Stop();
   workers_stop = true;
   queue->Close();

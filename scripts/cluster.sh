@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A whole kforge cluster on this machine, from Debian packages, for trying it: PostgreSQL and Redis
+# in a folder of their own, kforge-coordinator, kforge-llm-proxy and N kforge-gpu-workers (OpenCL on
+# PoCL and replay), all on loopback. It makes a tenant and a token and prints how to use them.
+#
+#   scripts/cluster.sh start [DIR]    # DIR default: ./kforge-cluster; WORKERS=N (default 2)
+#   scripts/cluster.sh stop [DIR]
+#
+# PostgreSQL refuses to run as root: as root the database runs as the user 'nobody'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD_DIR=${BUILD_DIR:-build}
+ACTION=${1:-start}
+DIR=$(realpath -m "${2:-kforge-cluster}")
+WORKERS=${WORKERS:-2}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+as_db_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$@"; else "$@"; fi; }
+
+stop() {
+  for f in "$DIR"/*.pid; do
+    [ -f "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+  done
+  if [ -d "$DIR/pg" ]; then
+    as_db_user "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$DIR/pg" -m fast stop >/dev/null 2>&1 || true
+  fi
+  echo "stopped the cluster in $DIR"
+}
+
+if [ "$ACTION" = stop ]; then stop; exit 0; fi
+if [ "$ACTION" != start ]; then echo "usage: $0 start|stop [DIR]" >&2; exit 2; fi
+
+for b in cli/kforge services/coordinator/kforge-coordinator services/gpu-worker/kforge-gpu-worker \
+         services/llm-proxy/kforge-llm-proxy; do
+  [ -x "$BUILD_DIR/$b" ] || { echo "cluster: $BUILD_DIR/$b is not built (scripts/build.sh)" >&2; exit 2; }
+done
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -n "$PG_BIN" ] || { echo "cluster: PostgreSQL is not installed (scripts/install-deps.sh)" >&2; exit 2; }
+command -v redis-server >/dev/null || { echo "cluster: redis-server is not installed" >&2; exit 2; }
+
+mkdir -p "$DIR/problems" "$DIR/logs"
+chmod 755 "$DIR"
+PG_PORT=$(free_port); REDIS_PORT=$(free_port); COORD_PORT=$(free_port); PROXY_PORT=$(free_port)
+
+# PostgreSQL, in DIR/pg, owned by the user it runs as.
+if [ ! -d "$DIR/pg" ]; then
+  mkdir -p "$DIR/pg"
+  [ "$(id -u)" = 0 ] && chown nobody:nogroup "$DIR/pg"
+  as_db_user "$PG_BIN/initdb" -D "$DIR/pg" -U kforge --auth=trust >"$DIR/logs/initdb.log"
+fi
+as_db_user "$PG_BIN/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/server.log" -w \
+  -o "-p $PG_PORT -k $DIR/pg -c listen_addresses=127.0.0.1" start >/dev/null
+as_db_user "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U kforge -d postgres -tAc \
+  "SELECT 1 FROM pg_database WHERE datname = 'kforge'" | grep -q 1 ||
+  as_db_user "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U kforge -d postgres -qc "CREATE DATABASE kforge"
+DB="postgresql://kforge@127.0.0.1:$PG_PORT/kforge"
+
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes \
+  --logfile "$DIR/logs/redis.log" --daemonize no >/dev/null 2>&1 </dev/null &
+echo $! >"$DIR/redis.pid"
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+QUEUE="redis://127.0.0.1:$REDIS_PORT"
+
+cat >"$DIR/coordinator.yaml" <<EOF
+server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:0"}
+store: {kind: postgres, url: "$DB"}
+queue: {kind: redis, url: "$QUEUE"}
+llm_proxy: {address: "127.0.0.1:$PROXY_PORT"}
+jobs: {problems_dir: "$DIR/problems"}
+EOF
+cat >"$DIR/proxy.yaml" <<EOF
+server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:0"}
+EOF
+"$BUILD_DIR/services/llm-proxy/kforge-llm-proxy" --config "$DIR/proxy.yaml" >"$DIR/logs/proxy.log" 2>&1 &
+echo $! >"$DIR/proxy.pid"
+"$BUILD_DIR/services/coordinator/kforge-coordinator" --config "$DIR/coordinator.yaml" >"$DIR/logs/coordinator.log" 2>&1 &
+echo $! >"$DIR/coordinator.pid"
+for i in $(seq 0 $((WORKERS - 1))); do
+  cat >"$DIR/worker$i.yaml" <<EOF
+server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
+worker: {id: "worker-$i", backends: "opencl,replay", slots: 1, replay_dirs: "$DIR/problems"}
+queue: {url: "$QUEUE", pull: true}
+EOF
+  "$BUILD_DIR/services/gpu-worker/kforge-gpu-worker" --config "$DIR/worker$i.yaml" >"$DIR/logs/worker$i.log" 2>&1 &
+  echo $! >"$DIR/worker$i.pid"
+done
+
+# A tenant and its token (shown once; kept in DIR/token for this script's user).
+"$BUILD_DIR/cli/kforge" admin tenant-create demo --db "$DB" >/dev/null 2>&1 || true
+TOKEN=$("$BUILD_DIR/cli/kforge" admin key-create demo --name cluster-script --db "$DB" 2>/dev/null)
+umask 077; echo "$TOKEN" >"$DIR/token"
+for _ in $(seq 100); do grep -q "^listening" "$DIR/logs/coordinator.log" && break; sleep 0.1; done
+cat <<EOF
+kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers)
+  export KFORGE_SERVER=127.0.0.1:$COORD_PORT KFORGE_TOKEN=\$(cat $DIR/token)
+  $BUILD_DIR/cli/kforge submit examples/opencl/matmul --budget 20 --watch
+  $0 stop $DIR
+EOF
