@@ -334,6 +334,36 @@ int CancelCommand(const ClientArgs& client_args, const std::string& job_id,
   return 0;
 }
 
+int WorkersCommand(const ClientArgs& client_args, bool json) {
+  constexpr absl::string_view kCmd = "workers";
+  int rc = 0;
+  auto client = Connect(kCmd, client_args, &rc);
+  if (!client.ok()) return rc;
+  v1::ListWorkersResponse resp;
+  auto ctx = (*client)->NewContext();
+  const grpc::Status st = (*client)->stub().ListWorkers(ctx.get(), v1::ListWorkersRequest(), &resp);
+  if (!st.ok()) return (*client)->Fail(kCmd, st);
+  if (json) {
+    std::cout << Json(resp) << "\n";
+    return 0;
+  }
+  if (resp.workers().empty()) {
+    std::cout << "no workers heard from\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat("%-28s %-9s %-6s %-16s %-28s %s\n", "WORKER", "STATE", "BUSY", "STREAMS", "DEVICES",
+                               "HEARD");
+  for (const auto& w : resp.workers()) {
+    std::vector<std::string> devices;
+    for (const auto& d : w.devices()) devices.push_back(d.name());
+    const char* state = w.draining() ? "draining" : w.busy() > 0 ? "busy" : "idle";
+    std::cout << absl::StrFormat("%-28s %-9s %-6s %-16s %-28s %.1f s ago\n", w.worker_id(), state,
+                                 absl::StrCat(w.busy(), "/", w.slots()), absl::StrJoin(w.streams(), ","),
+                                 devices.empty() ? "-" : absl::StrJoin(devices, ","), w.seconds_since_heartbeat());
+  }
+  return 0;
+}
+
 void ClientCommands::Register(CLI::App& app) {
   auto add_client_options = [this](CLI::App* cmd) {
     cmd->add_option(
@@ -393,6 +423,10 @@ void ClientCommands::Register(CLI::App& app) {
   cancel_cmd_->add_option("JOB", job_id_, "job id")->required();
   cancel_cmd_->add_option("--reason", reason_, "why (kept with the job)");
   add_client_options(cancel_cmd_);
+
+  workers_cmd_ = app.add_subcommand("workers", "list the fleet: each worker's state, slots and last heartbeat");
+  workers_cmd_->add_flag("--json", json_, "print the workers as JSON");
+  add_client_options(workers_cmd_);
 }
 
 std::optional<int> ClientCommands::Run() const {
@@ -402,6 +436,7 @@ std::optional<int> ClientCommands::Run() const {
   if (*watch_cmd_) return WatchCommand(client_, job_id_);
   if (*best_cmd_) return BestCommand(client_, job_id_, out_dir_);
   if (*cancel_cmd_) return CancelCommand(client_, job_id_, reason_);
+  if (*workers_cmd_) return WorkersCommand(client_, json_);
   return std::nullopt;
 }
 

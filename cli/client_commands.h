@@ -43,6 +43,8 @@ int StatusCommand(const ClientArgs& client, const std::string& job_id, bool json
 int WatchCommand(const ClientArgs& client, const std::string& job_id);
 int BestCommand(const ClientArgs& client, const std::string& job_id, const std::string& out_dir);
 int CancelCommand(const ClientArgs& client, const std::string& job_id, const std::string& reason);
+// The fleet: each worker's state, slots, streams, devices and last heartbeat.
+int WorkersCommand(const ClientArgs& client, bool json);
 
 // "running", "RUNNING" or "JOB_STATE_RUNNING"; InvalidArgument listing the states otherwise.
 [[nodiscard]] absl::StatusOr<v1::JobState> ParseJobState(const std::string& text);
@@ -68,6 +70,7 @@ class ClientCommands {
   CLI::App* watch_cmd_ = nullptr;
   CLI::App* best_cmd_ = nullptr;
   CLI::App* cancel_cmd_ = nullptr;
+  CLI::App* workers_cmd_ = nullptr;
 };
 
 }  // namespace kforge::cli

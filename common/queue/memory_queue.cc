@@ -180,4 +180,27 @@ size_t MemoryWorkQueue::PendingCount() {
   return n;
 }
 
+absl::Status MemoryWorkQueue::Heartbeat(const v1::WorkerStatus& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_[status.worker_id()] = {status, clock_.MonotonicSeconds()};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::WorkerStatus>> MemoryWorkQueue::ListWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_.MonotonicSeconds();
+  std::vector<v1::WorkerStatus> out;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const double age = now - it->second.second;
+    if (age > options_.worker_ttl_seconds) {
+      it = workers_.erase(it);
+      continue;
+    }
+    out.push_back(it->second.first);
+    out.back().set_seconds_since_heartbeat(age);
+    ++it;
+  }
+  return out;
+}
+
 }  // namespace kforge

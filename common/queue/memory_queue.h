@@ -28,6 +28,8 @@ class MemoryWorkQueue final : public WorkQueue {
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   absl::Status PurgeJob(const std::string& job_id) override;
+  absl::Status Heartbeat(const v1::WorkerStatus& status) override;
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
   int64_t DataLosses() override { return 0; }
   void Close() override;
 
@@ -65,6 +67,7 @@ class MemoryWorkQueue final : public WorkQueue {
   std::map<std::string, Stream> streams_;
   std::set<std::string> queued_;  // CandidateKey of every queued or in-flight item
   std::map<std::string, JobResults> results_;
+  std::map<std::string, std::pair<v1::WorkerStatus, double>> workers_;  // id -> (status, heard at)
   int64_t next_delivery_ = 1;
   int64_t next_token_ = 1;
   bool closed_ = false;

@@ -24,6 +24,12 @@ constexpr char kCoordinators[] = "coordinators";
 constexpr double kSliceSeconds = 0.1;  // longest blocking read: Close latency
 constexpr int kReadAhead = 64;         // results read per XREADGROUP
 
+// ListWorkers: forget a worker's entry only if it is still the stale one that was read.
+constexpr char kForgetWorkerScript[] = R"lua(
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+)lua";
+
 // AckResult: acknowledge and delete a result entry (a group lost with the data is no error).
 constexpr char kAckScript[] = R"lua(
 pcall(redis.call, 'XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -575,5 +581,44 @@ absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {
 }
 
 void RedisWorkQueue::Close() { closed_.store(true); }
+
+absl::Status RedisWorkQueue::Heartbeat(const v1::WorkerStatus& status) {
+  const int64_t now_ms = static_cast<int64_t>(
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count());
+  auto r = Command({"HSET", options_.key_prefix + "workers", status.worker_id(),
+                    absl::StrCat(now_ms, ":", status.SerializeAsString())});
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<std::vector<v1::WorkerStatus>> RedisWorkQueue::ListWorkers() {
+  const std::string key = options_.key_prefix + "workers";
+  auto r = Command({"HGETALL", key});
+  if (!r.ok()) return r.status();
+  const redisReply& reply = **r;
+  const double now_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::vector<v1::WorkerStatus> out;
+  for (size_t i = 0; i + 1 < reply.elements; i += 2) {
+    const std::string id = Str(*reply.element[i]);
+    const std::string value = Str(*reply.element[i + 1]);
+    const size_t colon = value.find(':');
+    int64_t at_ms = 0;
+    v1::WorkerStatus st;
+    const bool parsed = colon != std::string::npos && absl::SimpleAtoi(value.substr(0, colon), &at_ms) &&
+                        st.ParseFromString(value.substr(colon + 1));
+    const double age = (now_ms - static_cast<double>(at_ms)) / 1000;
+    if (!parsed || age > options_.queue.worker_ttl_seconds) {
+      // Gone quiet (or unreadable): forget it, unless it spoke again meanwhile.
+      if (absl::Status st2 = Command({"EVAL", kForgetWorkerScript, "1", key, id, value}).status(); !st2.ok()) {
+        return st2;
+      }
+      continue;
+    }
+    st.set_seconds_since_heartbeat(std::max(0.0, age));
+    out.push_back(std::move(st));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.worker_id() < b.worker_id(); });
+  return out;
+}
 
 }  // namespace kforge

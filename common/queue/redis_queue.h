@@ -12,6 +12,8 @@
 //                      re-reads its pending results first.
 //   <p>c:<candidate>   SET NX (with an expiry): Enqueue's idempotency key while queued or in flight.
 //   <p>j:<job>         a hash of the job's queued entries (for PurgeJob).
+//   <p>workers         a hash of worker id -> "<unix ms>:<status>" (Heartbeat); entries older
+//                      than worker_ttl_seconds are dropped when listed.
 //   <p>epoch           a random marker set once; a server that comes back without it restarted
 //                      without its data (DataLosses counts those).
 // Multi-key updates run as Lua scripts, so a call retried after a dropped connection is safe.
@@ -77,6 +79,8 @@ class RedisWorkQueue final : public WorkQueue {
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   absl::Status PurgeJob(const std::string& job_id) override;
+  absl::Status Heartbeat(const v1::WorkerStatus& status) override;
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
   int64_t DataLosses() override;
   void Close() override;
 

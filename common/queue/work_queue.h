@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kforge/v1/coordinator.pb.h"
 #include "kforge/v1/evaluation.pb.h"
 
 namespace kforge {
@@ -26,6 +28,7 @@ struct WorkQueueOptions {
   double lease_seconds = 30;              // an item not completed or extended within this is redelivered
   int max_deliveries = 3;                 // deliveries without a result before OUTCOME_INFRA_ERROR
   double result_redelivery_seconds = 60;  // an unacknowledged result is handed out again after this
+  double worker_ttl_seconds = 15;         // a worker not heard from for this long leaves ListWorkers
 };
 
 struct WorkItem {
@@ -68,6 +71,11 @@ class WorkQueue {
   // Cancel: drops the job's queued and in-flight items (a later Complete of an in-flight one still
   // publishes its result) and its undelivered results.
   [[nodiscard]] virtual absl::Status PurgeJob(const std::string& job_id) = 0;
+  // A worker's announcement (capabilities, slots, busy, draining), every few seconds: the fleet is
+  // the workers heard from within worker_ttl_seconds. Replaces the worker's last one.
+  [[nodiscard]] virtual absl::Status Heartbeat(const v1::WorkerStatus& status) = 0;
+  // The live workers by id, each with seconds_since_heartbeat set.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() = 0;
   // How many times this queue found that its backend lost what it held (a Redis that restarted
   // without its data): queued items, leases and unread results are gone. A coordinator that sees
   // the count grow dispatches again every candidate that has no evaluation (Enqueue accepts them:

@@ -91,9 +91,12 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetBest(grpc::CallbackServerCo
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
-                                                              const v1::ListWorkersRequest*, v1::ListWorkersResponse*) {
-  return Unary(ctx, auth_, [&](const Caller&) -> absl::Status {
-    return absl::UnimplementedError("the worker registry is not built yet");
+                                                              const v1::ListWorkersRequest*,
+                                                              v1::ListWorkersResponse* resp) {
+  return Unary(ctx, auth_, [&](const Caller& c) -> absl::Status {
+    absl::StatusOr<v1::ListWorkersResponse> r = api_.Workers(c);
+    if (r.ok()) *resp = *std::move(r);
+    return r.status();
   });
 }
 

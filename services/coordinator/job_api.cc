@@ -188,4 +188,11 @@ absl::StatusOr<JobApi::EventPage> JobApi::Events(const Caller& caller, const std
   return page;
 }
 
+absl::StatusOr<v1::ListWorkersResponse> JobApi::Workers(const Caller&) {
+  KF_ASSIGN_OR_RETURN(std::vector<v1::WorkerStatus> workers, queue_.ListWorkers());
+  v1::ListWorkersResponse resp;
+  for (auto& w : workers) *resp.add_workers() = std::move(w);
+  return resp;
+}
+
 }  // namespace kforge::coordinator

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/queue/work_queue.h"
 #include "common/store/store.h"
 #include "kforge/v1/coordinator.pb.h"
 #include "services/coordinator/auth.h"
@@ -24,8 +25,8 @@ struct JobApiOptions {
 
 class JobApi {
  public:
-  JobApi(Store& store, JobManager& manager, JobApiOptions options)
-      : store_(store), manager_(manager), options_(std::move(options)) {}
+  JobApi(Store& store, WorkQueue& queue, JobManager& manager, JobApiOptions options)
+      : store_(store), queue_(queue), manager_(manager), options_(std::move(options)) {}
 
   [[nodiscard]] absl::StatusOr<v1::Job> Submit(const Caller& caller, const v1::SubmitJobRequest& request);
   [[nodiscard]] absl::StatusOr<v1::Job> Get(const Caller& caller, const std::string& job_id);
@@ -34,6 +35,8 @@ class JobApi {
   [[nodiscard]] absl::StatusOr<v1::ListCandidatesResponse> Candidates(const Caller& caller,
                                                                       const v1::ListCandidatesRequest& request);
   [[nodiscard]] absl::StatusOr<v1::GetBestResponse> Best(const Caller& caller, const std::string& job_id);
+  // The fleet (shared by every tenant): the workers heard from lately.
+  [[nodiscard]] absl::StatusOr<v1::ListWorkersResponse> Workers(const Caller& caller);
   // The job's events from `from_sequence` (at most `limit`), and whether the job has ended (a
   // watcher that has read everything stops then).
   struct EventPage {
@@ -48,6 +51,7 @@ class JobApi {
   absl::StatusOr<v1::Problem> LoadSubmittedProblem(const v1::SubmitJobRequest& request);
 
   Store& store_;
+  WorkQueue& queue_;
   JobManager& manager_;
   const JobApiOptions options_;
 };

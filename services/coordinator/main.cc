@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       : (opts.store_kind == "sqlite" && !IsPostgresUrl(opts.store_url) && opts.store_url != ":memory:")
           ? opts.store_url + ".problems"
           : (std::filesystem::temp_directory_path() / absl::StrCat("kforge-coordinator-", getpid())).string();
-  coordinator::JobApi api(**store, manager, {.problems_dir = problems_dir});
+  coordinator::JobApi api(**store, *queue, manager, {.problems_dir = problems_dir});
   coordinator::Authenticator auth(**store, opts.auth_required);
   coordinator::CoordinatorServiceImpl service(api, auth);
   log->info("owner={} store={} queue={} auth={} max_running={} slots={} problems_dir={}", owner,
@@ -144,6 +144,24 @@ int main(int argc, char** argv) {
       });
     }
   }
+  // The embedded workers announce themselves like fleet workers (ListWorkers, `kforge workers`).
+  std::thread heartbeats;
+  if (opts.embedded_workers > 0) {
+    heartbeats = std::thread([&] {
+      while (!workers_stop.load()) {
+        for (v1::Backend backend : {v1::BACKEND_REPLAY, v1::BACKEND_OPENCL}) {
+          v1::Problem p;
+          p.set_backend(backend);
+          v1::WorkerStatus st;
+          st.set_worker_id(absl::StrCat(owner, "/", StreamFor(p)));
+          st.set_slots(static_cast<int32_t>(opts.embedded_workers));
+          st.add_streams(StreamFor(p));
+          if (absl::Status hb = queue->Heartbeat(st); !hb.ok()) log->warn("heartbeat failed: {}", hb.message());
+        }
+        for (int i = 0; i < 50 && !workers_stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
   manager.Start();
   constexpr double kShutdownSeconds = 5;
   // A submit carries a problem folder (JobApi allows 64 MiB of files).
@@ -155,5 +173,6 @@ int main(int argc, char** argv) {
   workers_stop = true;
   queue->Close();
   for (auto& t : workers) t.join();
+  if (heartbeats.joinable()) heartbeats.join();
   return rc;
 }

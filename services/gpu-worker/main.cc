@@ -112,6 +112,30 @@ int main(int argc, char** argv) {
         w.Run(stop_pulling);
       });
     }
+    // Heartbeats: the coordinator's ListWorkers (and `kforge workers`) shows the fleet from them.
+    pullers.emplace_back([&, streams] {
+      constexpr double kEverySeconds = 5;
+      double next = 0;
+      while (!stop_pulling.load()) {
+        const double now = clock.MonotonicSeconds();
+        if (now >= next) {
+          const v1::WorkerInfo info = core.Info();
+          v1::WorkerStatus st;
+          st.set_worker_id(info.worker_id());
+          *st.mutable_devices() = info.devices();
+          st.set_slots(info.slots());
+          st.set_busy(info.busy());
+          st.set_draining(info.draining());
+          st.set_version(info.version());
+          *st.mutable_unavailable_backends() = info.unavailable_backends();
+          st.set_evaluations_total(info.evaluations_total());
+          for (const auto& s : streams) st.add_streams(s);
+          if (absl::Status hb = queue->Heartbeat(st); !hb.ok()) log->warn("heartbeat failed: {}", hb.message());
+          next = now + kEverySeconds;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
   }
   // In-flight evaluations get drain_seconds to finish after a drain; then their sandboxes are
   // killed (they end as infra errors) so that the server's shutdown deadline holds.

@@ -855,5 +855,24 @@ TEST_F(CoordinatorE2eTest, TokensAreChecked) {
   EXPECT_EQ(r.exit_code, 2) << Describe(r);
 }
 
+TEST_F(CoordinatorE2eTest, WorkersListsTheFleet) {
+  // The coordinator's embedded workers announce themselves like fleet workers.
+  RunResult r;
+  for (int i = 0; i < 50; ++i) {
+    r = Client({"workers"});
+    if (r.exit_code == 0 && absl::StrContains(r.out, "/replay")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.out, "WORKER")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "/replay")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "/opencl")) << r.out;
+  r = Client({"workers", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(absl::StrContains(r.out, "\"seconds_since_heartbeat\"")) << r.out;
+  r = Client({"workers"}, "kf_000000000000_0000");
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+}
+
 }  // namespace
 }  // namespace kforge

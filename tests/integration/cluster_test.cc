@@ -189,6 +189,18 @@ TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRes
     for (const auto& c : *cands) EXPECT_EQ(evaluated.count(c.id()), 1u) << id << " " << c.id();
   }
 
+  // The fleet: the killed worker drops out once its heartbeats stop for the TTL (15 s).
+  std::set<std::string> fleet;
+  for (int i = 0; i < 250; ++i) {
+    v1::ListWorkersResponse workers;
+    ASSERT_TRUE(stub_->ListWorkers(Ctx(tokens_["team-a"]).get(), v1::ListWorkersRequest(), &workers).ok());
+    fleet.clear();
+    for (const auto& w : workers.workers()) fleet.insert(w.worker_id());
+    if (!fleet.contains("w0")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(fleet, (std::set<std::string>{"w1", "w2"}));
+
   // Tenants see only their own jobs; missing and wrong tokens are refused.
   v1::GetJobRequest other;
   other.set_job_id(a1);

@@ -55,7 +55,7 @@ struct Coordinator {
       : log(MakeLogger("coordinator-test", spdlog::level::err)),
         manager(store, queue, ReplayMutator, clock, log,
                 {.owner = owner, .max_running = 4, .slots = 2, .lease_seconds = 2, .scan_seconds = 0.1}),
-        api(store, manager, {.problems_dir = problems_dir}),
+        api(store, queue, manager, {.problems_dir = problems_dir}),
         auth(store, /*required=*/true),
         service(api, auth, /*watch_poll_seconds=*/0.05) {
     auto started = StartGrpcServer("127.0.0.1:0", {&service});

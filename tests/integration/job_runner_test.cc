@@ -100,6 +100,8 @@ class TestQueue final : public WorkQueue {
     return inner_.AckResult(job_id, ack_token);
   }
   absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  absl::Status Heartbeat(const v1::WorkerStatus& status) override { return inner_.Heartbeat(status); }
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return inner_.ListWorkers(); }
   int64_t DataLosses() override { return inner_.DataLosses(); }
   void Close() override { inner_.Close(); }
   int completed() const { return completed_.load(); }

@@ -41,6 +41,7 @@ class RedisQueueFactory final : public QueueFactory {
     ro.queue = options;
     ro.queue.lease_seconds *= kScale;
     ro.queue.result_redelivery_seconds *= kScale;
+    ro.queue.worker_ttl_seconds *= kScale;
     ro.key_prefix = prefix_;
     ro.reconnect_timeout_seconds = 5;
     auto q = RedisWorkQueue::Connect(server_.url(), ro, TestLog());

@@ -60,6 +60,8 @@ class FaultyQueue final : public WorkQueue {
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
+  absl::Status Heartbeat(const v1::WorkerStatus& status) override { return inner_.Heartbeat(status); }
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return inner_.ListWorkers(); }
   int64_t DataLosses() override { return inner_.DataLosses() + losses_.load(); }
   void Close() override { inner_.Close(); }
 

@@ -645,4 +645,42 @@ TEST_P(QueueContractTest, PurgeJobDropsItsUndeliveredResults) {
   EXPECT_EQ(r->request_id(), "r2");
 }
 
+TEST_P(QueueContractTest, HeartbeatsMakeTheFleetAndQuietWorkersLeaveIt) {
+  v1::WorkerStatus a;
+  a.set_worker_id("wa");
+  a.set_slots(2);
+  a.add_streams("opencl");
+  a.add_devices()->set_name("Device A");
+  v1::WorkerStatus b;
+  b.set_worker_id("wb");
+  b.set_slots(1);
+  ASSERT_TRUE(queue().Heartbeat(a).ok());
+  ASSERT_TRUE(queue().Heartbeat(b).ok());
+  auto fleet = queue().ListWorkers();
+  ASSERT_TRUE(fleet.ok()) << fleet.status();
+  ASSERT_EQ(fleet->size(), 2u);
+  EXPECT_EQ((*fleet)[0].worker_id(), "wa");
+  EXPECT_EQ((*fleet)[0].slots(), 2);
+  ASSERT_EQ((*fleet)[0].streams_size(), 1);
+  EXPECT_EQ((*fleet)[0].devices(0).name(), "Device A");
+  EXPECT_LT((*fleet)[0].seconds_since_heartbeat(), 5);
+  EXPECT_EQ((*fleet)[1].worker_id(), "wb");
+  // A later heartbeat replaces the earlier one.
+  a.set_busy(2);
+  ASSERT_TRUE(queue().Heartbeat(a).ok());
+  fleet = queue().ListWorkers();
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_EQ(fleet->size(), 2u);
+  EXPECT_EQ((*fleet)[0].busy(), 2);
+  // wa goes quiet past the TTL (15 s); wb keeps speaking.
+  factory_->AdvanceTime(10);
+  ASSERT_TRUE(queue().Heartbeat(b).ok());
+  factory_->AdvanceTime(10);
+  fleet = queue().ListWorkers();
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_EQ(fleet->size(), 1u);
+  EXPECT_EQ((*fleet)[0].worker_id(), "wb");
+  EXPECT_GE((*fleet)[0].seconds_since_heartbeat(), 0);
+}
+
 }  // namespace kforge::testing
