@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/hash.h"
 #include "absl/strings/strip.h"
 
 namespace kforge {
@@ -36,10 +37,12 @@ pcall(redis.call, 'XACK', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('XDEL', KEYS[1], ARGV[2])
 )lua";
 
-// Enqueue: KEYS = candidate key, work stream, job hash; ARGV = payload, ttl ms.
+// Enqueue: KEYS = candidate key, work stream, job hash, problem key; ARGV = payload, ttl ms.
+// -1 when the problem key is missing (the caller stores it and calls again).
 constexpr char kEnqueueScript[] = R"lua(
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', 'req', ARGV[1])
+if redis.call('EXISTS', KEYS[4]) == 0 then return -1 end
+local id = redis.call('XADD', KEYS[2], '*', 'req', ARGV[1], 'prob', KEYS[4])
 redis.call('SET', KEYS[1], id, 'PX', ARGV[2])
 redis.call('HSET', KEYS[3], id .. ' ' .. KEYS[2], KEYS[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
@@ -302,13 +305,59 @@ absl::Status RedisWorkQueue::EnsureGroup(const std::string& key, const std::stri
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> RedisWorkQueue::StoreProblem(const v1::EvaluationRequest& request, bool again) {
+  const std::string job = request.job_id();
+  int64_t losses = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    losses = data_losses_;
+    auto it = problem_keys_.find(job);
+    if (!again && it != problem_keys_.end() && it->second.second == losses) return it->second.first;
+  }
+  const std::string bytes = request.problem().SerializeAsString();
+  const std::string key = absl::StrCat(options_.key_prefix, "p:", Sha256Hex(bytes));
+  auto r = Command({"SET", key, bytes, "PX", absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
+  if (!r.ok()) return r.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  problem_keys_[job] = {key, losses};  // sent again after a data loss
+  return key;
+}
+
+absl::StatusOr<std::shared_ptr<const v1::Problem>> RedisWorkQueue::FetchProblem(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [k, p] : problems_) {
+      if (k == key) return p;
+    }
+  }
+  auto r = Command({"GET", key});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_STRING) return absl::NotFoundError(absl::StrCat("problem ", key, " is gone"));
+  auto p = std::make_shared<v1::Problem>();
+  if (!p->ParseFromString(Str(**r))) return absl::DataLossError(absl::StrCat("problem ", key, " does not parse"));
+  std::lock_guard<std::mutex> lock(mu_);
+  problems_.emplace_front(key, p);
+  if (problems_.size() > kCachedProblems) problems_.pop_back();
+  return std::shared_ptr<const v1::Problem>(p);
+}
+
 absl::Status RedisWorkQueue::Enqueue(const std::string& stream, const v1::EvaluationRequest& request) {
   if (closed_.load()) return absl::CancelledError("queue closed");
+  v1::EvaluationRequest slim = request;
+  slim.clear_problem();
   std::string payload;
-  if (!request.SerializeToString(&payload)) return absl::InternalError("cannot serialise the request");
-  auto r = Command({"EVAL", kEnqueueScript, "3", CandidateKeyOf(request), WorkKey(stream), JobKey(request.job_id()),
-                    payload, absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
-  return r.ok() ? absl::OkStatus() : r.status();
+  if (!slim.SerializeToString(&payload)) return absl::InternalError("cannot serialise the request");
+  // The problem travels once (a key of its own); each entry names it. The script refuses an
+  // entry whose problem is not there (it expired, or Redis lost it): store it again, then retry.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<std::string> problem_key = StoreProblem(request, /*again=*/attempt > 0);
+    if (!problem_key.ok()) return problem_key.status();
+    auto r = Command({"EVAL", kEnqueueScript, "4", CandidateKeyOf(request), WorkKey(stream), JobKey(request.job_id()),
+                      *problem_key, payload, absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
+    if (!r.ok()) return r.status();
+    if ((*r)->type != REDIS_REPLY_INTEGER || (*r)->integer != -1) return absl::OkStatus();
+  }
+  return absl::UnavailableError("redis keeps losing the problem of this request");
 }
 
 absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ItemFromEntry(const std::string& key,
@@ -330,6 +379,20 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ItemFromEntry(const std:
   item.request.set_attempt(deliveries);
   item.delivery_id = absl::StrCat(id, "/", deliveries);
   item.consumer = consumer;
+  std::string unused, problem_key;
+  if (EntryField(entry, "prob", &unused, &problem_key)) {
+    absl::StatusOr<std::shared_ptr<const v1::Problem>> problem = FetchProblem(problem_key);
+    if (!problem.ok()) {
+      if (absl::IsUnavailable(problem.status())) return problem.status();
+      // The problem expired or is damaged: the candidate cannot be evaluated; say so to its job.
+      log_->error("stream {}: entry {}: {}", key, id, problem.status().message());
+      v1::EvaluationResult r = PoisonResult(item.request, deliveries);
+      r.set_message(absl::StrCat("the queue lost the candidate's problem: ", problem.status().message()));
+      if (auto done = Finish(key, id, deliveries, item.request, r); !done.ok()) return done.status();
+      return std::optional<WorkItem>();
+    }
+    *item.request.mutable_problem() = **problem;
+  }
   return std::optional<WorkItem>(std::move(item));
 }
 

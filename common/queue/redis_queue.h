@@ -10,6 +10,8 @@
 //                      by AckResult; an unacknowledged result is reclaimed (XAUTOCLAIM) after
 //                      result_redelivery_seconds, and a new queue with the same consumer name
 //                      re-reads its pending results first.
+//   <p>p:<sha256>      a problem, stored once per job (and after a data loss): work entries carry
+//                      only its key, and a worker keeps the last few it read.
 //   <p>c:<candidate>   SET NX (with an expiry): Enqueue's idempotency key while queued or in flight.
 //   <p>j:<job>         a hash of the job's queued entries (for PurgeJob).
 //   <p>workers         a hash of worker id -> "<unix ms>:<status>" (Heartbeat); entries older
@@ -109,6 +111,10 @@ class RedisWorkQueue final : public WorkQueue {
   absl::StatusOr<bool> Finish(const std::string& key, const std::string& entry_id, int deliveries,
                               const v1::EvaluationRequest& request, const v1::EvaluationResult& result);
   absl::StatusOr<std::optional<ResultDelivery>> ResultFromReply(const std::string& key, const redisReply& reply);
+  // The request's problem under its own key (once per job and process); returns the key.
+  absl::StatusOr<std::string> StoreProblem(const v1::EvaluationRequest& request, bool again);
+  // A problem by key, from the small local cache or Redis.
+  absl::StatusOr<std::shared_ptr<const v1::Problem>> FetchProblem(const std::string& key);
 
   std::string WorkKey(const std::string& stream) const { return options_.key_prefix + "w:" + stream; }
   std::string ResultKey(const std::string& job_id) const { return options_.key_prefix + "r:" + job_id; }
@@ -129,6 +135,11 @@ class RedisWorkQueue final : public WorkQueue {
   int64_t data_losses_ = 0;
   // Per job: where the re-reading of results left pending by an earlier queue stands ("" once done).
   std::map<std::string, std::string> history_cursor_;
+  // Problems: the key each job's was stored under (and the data-loss count then), and the last
+  // few read, newest first.
+  static constexpr size_t kCachedProblems = 16;
+  std::map<std::string, std::pair<std::string, int64_t>> problem_keys_;
+  std::deque<std::pair<std::string, std::shared_ptr<const v1::Problem>>> problems_;
 };
 
 }  // namespace kforge

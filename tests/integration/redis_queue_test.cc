@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <hiredis/hiredis.h>
+
 #include "common/logging.h"
 #include "common/queue/lease_extender.h"
 #include "common/queue/redis_queue.h"
@@ -273,6 +275,51 @@ TEST_F(RedisQueueFaultTest, AConsumerKilledMidItemLosesItToAnotherAndOneResultIs
   auto after = b_queue->Dequeue("opencl", "worker-b", 3 * kLease);
   ASSERT_TRUE(after.ok());
   EXPECT_FALSE(after->has_value());
+}
+
+// INFO memory's used_memory, in bytes (0 if unreadable).
+size_t RedisInfoMemory(int port) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  if (c == nullptr || c->err != 0) {
+    redisFree(c);
+    return 0;
+  }
+  auto* r = static_cast<redisReply*>(redisCommand(c, "INFO memory"));
+  size_t used = 0;
+  if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+    const std::string text(r->str, r->len);
+    const size_t at = text.find("used_memory:");
+    if (at != std::string::npos) used = std::stoull(text.substr(at + 12));
+  }
+  freeReplyObject(r);
+  redisFree(c);
+  return used;
+}
+
+TEST_F(RedisQueueFaultTest, AProblemCrossesOnceAndEveryItemGetsItBack) {
+  RedisServer server;
+  ASSERT_TRUE(server.Start()) << server.error();
+  auto q = Connect(server, /*lease=*/30);
+  ASSERT_NE(q, nullptr);
+  constexpr int kItems = 20;
+  const std::string big(200000, 'k');  // a problem's sources
+  const size_t before = RedisInfoMemory(server.port());
+  for (int i = 0; i < kItems; ++i) {
+    v1::EvaluationRequest r = MakeQueueRequest("j1", absl::StrCat("r", i));
+    r.mutable_problem()->set_description(big);
+    ASSERT_TRUE(q->Enqueue("opencl", r).ok());
+  }
+  // The work stream holds small entries; the problem is stored once.
+  const size_t used = RedisInfoMemory(server.port()) - before;
+  EXPECT_LT(used, 3 * big.size()) << "the problem was copied into the entries";
+  EXPECT_GT(used, big.size()) << "the problem is stored once";
+  auto other = Connect(server, /*lease=*/30);  // a worker: its own connections and cache
+  ASSERT_NE(other, nullptr);
+  for (int i = 0; i < kItems; ++i) {
+    auto item = Take(*other, "w1");
+    ASSERT_TRUE(item.has_value());
+    EXPECT_EQ(item->request.problem().description().size(), big.size());
+  }
 }
 
 }  // namespace
