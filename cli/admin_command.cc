@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/progress_lines.h"
+#include "common/clock.h"
 #include "common/store/api_key.h"
+#include "common/store/open_store.h"
 #include "common/store/postgres_store.h"
 #include "common/store/sqlite_store.h"
 
@@ -32,12 +34,7 @@ int Fail(absl::string_view command, const absl::Status& status) {
   }
 }
 
-void SetNow(google::protobuf::Timestamp* t) {
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  t->set_seconds(static_cast<int64_t>(now));
-  t->set_nanos(static_cast<int32_t>((now - std::floor(now)) * 1e9));
-}
+void SetNow(google::protobuf::Timestamp* t) { SetTimestamp(t, RealClock().WallSeconds()); }
 
 // The store named by --db or $KFORGE_DB. A SQLite file must exist unless `create` (only
 // tenant-create makes one: a mistyped path must not answer "no tenants" from a new empty file).
@@ -52,19 +49,15 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& flag, bool c
         "--db: give the coordinator's store, a SQLite file or postgresql://user@host:port/db (or "
         "set KFORGE_DB)");
   }
-  if (IsPostgresUrl(db)) {
-    auto pg = PostgresStore::Open(db);
-    if (!pg.ok()) return pg.status();
-    return std::unique_ptr<Store>(*std::move(pg));
-  }
   std::error_code ec;
-  if (!create && !std::filesystem::exists(db, ec)) {
+  if (!IsPostgresUrl(db) && !create && !std::filesystem::exists(db, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--db: no database at ", db, " (kforge admin tenant-create makes one)"));
   }
-  auto sq = SqliteStore::Open(db);
-  if (!sq.ok()) return absl::InvalidArgumentError(sq.status().message());
-  return std::unique_ptr<Store>(*std::move(sq));
+  absl::StatusOr<std::unique_ptr<Store>> store = kforge::OpenStore(db);
+  // A SQLite file that will not open is the caller's to fix.
+  if (!store.ok() && !IsPostgresUrl(db)) return absl::InvalidArgumentError(store.status().message());
+  return store;
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "common/queue/memory_queue.h"
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
+#include "common/store/open_store.h"
 #include "common/store/postgres_store.h"
 #include "common/store/sqlite_store.h"
 #include "services/coordinator/job_runner.h"
@@ -76,18 +77,14 @@ int RunJob(const RunArgs& args) {
   if (args.workers < 1 || args.workers > 64) return BadInput("--workers must be between 1 and 64");
   const std::string db_shown = RedactUrlPassword(args.db);
   // A SQLite file (embedded), or the cluster's PostgreSQL (postgresql://user@host:port/db).
-  absl::StatusOr<std::unique_ptr<Store>> store;
-  if (IsPostgresUrl(args.db)) {
-    auto pg = PostgresStore::Open(args.db);
-    if (!pg.ok()) {
-      std::cerr << "kforge run: " << pg.status().message() << "\n";
-      return absl::IsUnavailable(pg.status()) ? 1 : 2;
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(args.db);
+  if (!store.ok()) {
+    // A PostgreSQL server that is not there is a failure; a bad URL or SQLite file is bad input.
+    if (IsPostgresUrl(args.db)) {
+      std::cerr << "kforge run: " << store.status().message() << "\n";
+      return absl::IsUnavailable(store.status()) ? 1 : 2;
     }
-    store = std::unique_ptr<Store>(*std::move(pg));
-  } else {
-    auto sq = SqliteStore::Open(args.db);
-    if (!sq.ok()) return BadInput(std::string(sq.status().message()));
-    store = std::unique_ptr<Store>(*std::move(sq));
+    return BadInput(std::string(store.status().message()));
   }
 
   auto log = MakeLogger("kforge", spdlog::level::warn);
@@ -115,14 +112,9 @@ int RunJob(const RunArgs& args) {
   LeaseExtendingQueue worker_queue(queue, lease_seconds / 3, log);
 
   // Replay problems know which configurations exist: the mutator proposes only those.
-  ValidityFn validity;
-  if (problem->backend() == v1::BACKEND_REPLAY) {
-    auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
-    if (!cache.ok()) return BadInput(std::string(cache.status().message()));
-    auto shared = std::make_shared<KtCache>(*std::move(cache));
-    validity = [shared](const ParamAssignment& a) { return shared->Records(a); };
-  }
-  llm::ParametricMutator parametric({}, validity);
+  absl::StatusOr<ValidityFn> validity = ReplayValidity(*problem);
+  if (!validity.ok()) return BadInput(std::string(validity.status().message()));
+  llm::ParametricMutator parametric({}, *validity);
   // With --llm, a mix: the model writes mutations with the configured probability, the knob
   // tuner the rest (and whenever the model fails).
   std::unique_ptr<llm::CurlHttpClient> http;

@@ -3,7 +3,10 @@
 // Time is injected: production code takes a Clock&, tests pass a FakeClock.
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+
+#include "google/protobuf/timestamp.pb.h"
 
 namespace kforge {
 
@@ -37,5 +40,11 @@ class FakeClock final : public Clock {
   double now_;
   double wall_;
 };
+
+// A record's timestamp from wall seconds (Clock::WallSeconds).
+inline void SetTimestamp(google::protobuf::Timestamp* t, double wall_seconds) {
+  t->set_seconds(static_cast<int64_t>(wall_seconds));
+  t->set_nanos(static_cast<int32_t>((wall_seconds - std::floor(wall_seconds)) * 1e9));
+}
 
 }  // namespace kforge

@@ -1,6 +1,8 @@
 #include "absl/strings/string_view.h"
 #include "common/kt_cache.h"
 
+#include <memory>
+
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -175,6 +177,14 @@ absl::StatusOr<KtCache> LoadKtCache(const std::string& path, const std::string& 
   }
   if (c.entries.empty()) return bad("cache is empty");
   return c;
+}
+
+absl::StatusOr<ValidityFn> ReplayValidity(const v1::Problem& problem) {
+  if (problem.backend() != v1::BACKEND_REPLAY) return ValidityFn();
+  absl::StatusOr<KtCache> cache = LoadKtCache(problem.replay().cache_path(), problem.replay().cache_file());
+  if (!cache.ok()) return cache.status();
+  auto shared = std::make_shared<KtCache>(*std::move(cache));
+  return ValidityFn([shared](const ParamAssignment& a) { return shared->Records(a); });
 }
 
 }  // namespace kforge

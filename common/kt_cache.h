@@ -11,6 +11,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/launch.h"
+#include "common/mutator.h"
+#include "kforge/v1/problem.pb.h"
 
 namespace kforge {
 
@@ -41,6 +43,10 @@ struct KtCache {
   std::optional<double> OptimumMs() const;
   size_t ValidCount() const;
 };
+
+// The restriction set of a problem's params: for a replay problem, the configurations its cache
+// records (the cache is read once, here); for any other problem, nullptr (no restriction).
+[[nodiscard]] absl::StatusOr<ValidityFn> ReplayValidity(const v1::Problem& problem);
 
 // Errors name the file and what is malformed.
 [[nodiscard]] absl::StatusOr<KtCache> LoadKtCache(const std::string& path,

@@ -1,7 +1,6 @@
 #include "services/coordinator/job_manager.h"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 #include <vector>
 
@@ -9,15 +8,6 @@
 #include "common/status_macros.h"
 
 namespace kforge::coordinator {
-
-namespace {
-
-void SetNow(google::protobuf::Timestamp* t, double wall) {
-  t->set_seconds(static_cast<int64_t>(wall));
-  t->set_nanos(static_cast<int32_t>((wall - std::floor(wall)) * 1e9));
-}
-
-}  // namespace
 
 JobManager::JobManager(Store& store, WorkQueue& queue, MutatorFactory mutators, Clock& clock, Logger log,
                        JobManagerOptions options)
@@ -77,7 +67,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
     if (IsFinalJobState(job.state())) return job;
     job.set_state(v1::JOB_STATE_CANCELLED);
     job.set_state_reason(reason.empty() ? "cancelled by user" : absl::StrCat("cancelled by user: ", reason));
-    SetNow(job.mutable_finished_at(), clock_.WallSeconds());
+    SetTimestamp(job.mutable_finished_at(), clock_.WallSeconds());
     absl::StatusOr<int64_t> v = store_.UpdateJob(job, kNoFence);
     if (absl::IsAborted(v.status())) continue;
     KF_RETURN_IF_ERROR(v.status());
@@ -85,7 +75,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
     KF_RETURN_IF_ERROR(queue_.PurgeJob(job_id));
     v1::JobEvent ev;
     ev.set_job_id(job_id);
-    SetNow(ev.mutable_time(), clock_.WallSeconds());
+    SetTimestamp(ev.mutable_time(), clock_.WallSeconds());
     ev.set_state_changed(v1::JOB_STATE_CANCELLED);
     *ev.mutable_progress() = job.progress();
     KF_RETURN_IF_ERROR(store_.AppendEvent(ev, kNoFence).status());

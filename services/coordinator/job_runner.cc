@@ -39,11 +39,6 @@ int GlobalDrawCount(int screen_children, size_t source_bytes) {
                   static_cast<int>(std::min<size_t>(by_size, std::min(kMaxGlobalDraws, 32 * screen_children))));
 }
 
-void SetTime(google::protobuf::Timestamp* t, double wall) {
-  t->set_seconds(static_cast<int64_t>(wall));
-  t->set_nanos(static_cast<int32_t>((wall - std::floor(wall)) * 1e9));
-}
-
 // A store failure that may pass (the result is left unacknowledged and comes back), as opposed to
 // a verdict on the result itself.
 bool IsTransient(const absl::Status& st) {
@@ -84,7 +79,7 @@ absl::StatusOr<v1::Job> MakeJob(v1::JobSpec spec, const std::string& idempotency
   *job.mutable_spec() = std::move(spec);
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_idempotency_key(idempotency_key);
-  SetTime(job.mutable_created_at(), now);
+  SetTimestamp(job.mutable_created_at(), now);
   return job;
 }
 
@@ -115,7 +110,7 @@ absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::ato
   KF_ASSIGN_OR_RETURN(v1::Job failed, store_.GetJob(job_id));
   failed.set_state(v1::JOB_STATE_FAILED);
   failed.set_state_reason(std::string(end.status().message()));
-  SetTime(failed.mutable_finished_at(), clock_.WallSeconds());
+  SetTimestamp(failed.mutable_finished_at(), clock_.WallSeconds());
   KF_RETURN_IF_ERROR(store_.UpdateJob(failed, lease.token).status());
   KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id, lease));
   log_->error("job={} failed: {}", job_id, end.status().message());
@@ -161,7 +156,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
   auto event = [&]() {
     v1::JobEvent ev;
     ev.set_job_id(job_id);
-    SetTime(ev.mutable_time(), clock_.WallSeconds());
+    SetTimestamp(ev.mutable_time(), clock_.WallSeconds());
     return ev;
   };
   // A conditional update: when the stored job moved on (a user cancelled it, say), read it again;
@@ -280,7 +275,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
 
   job.set_state(v1::JOB_STATE_RUNNING);
   job.clear_state_reason();
-  if (!job.has_started_at()) SetTime(job.mutable_started_at(), clock_.WallSeconds());
+  if (!job.has_started_at()) SetTimestamp(job.mutable_started_at(), clock_.WallSeconds());
   KF_RETURN_IF_ERROR(save_job());
   if (ended_elsewhere.has_value()) return *ended_elsewhere;
   log_->info("job={} running evaluations={} candidates={} slots={} lease={}", job_id, ingested, cands.size(), slots,
@@ -298,7 +293,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
       call.set_proposal(seq);
       *call.mutable_usage() = u;
       if (resp.children().empty()) call.set_message(resp.message());
-      SetTime(call.mutable_time(), clock_.WallSeconds());
+      SetTimestamp(call.mutable_time(), clock_.WallSeconds());
       KF_RETURN_IF_ERROR(store_.AppendModelCall(std::move(call), fence).status());
     }
     if (!resp.message().empty()) {
@@ -367,7 +362,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
     child.set_job_id(job_id);
     child.set_sequence(seq);
     child.set_content_hash(HashCandidate(child));
-    SetTime(child.mutable_created_at(), clock_.WallSeconds());
+    SetTimestamp(child.mutable_created_at(), clock_.WallSeconds());
     if (seen.contains(child.content_hash())) {
       stop_reason = "the mutator repeated a candidate";
       return absl::OkStatus();
@@ -522,7 +517,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
     job.set_state(v1::JOB_STATE_COMPLETED);
     job.set_state_reason(stop_reason);
   }
-  if (job.state() != v1::JOB_STATE_INTERRUPTED) SetTime(job.mutable_finished_at(), clock_.WallSeconds());
+  if (job.state() != v1::JOB_STATE_INTERRUPTED) SetTimestamp(job.mutable_finished_at(), clock_.WallSeconds());
   KF_RETURN_IF_ERROR(save_job());
   if (ended_elsewhere.has_value()) return *ended_elsewhere;
   v1::JobEvent ev = event();

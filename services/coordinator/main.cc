@@ -20,8 +20,8 @@
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
 #include "common/server_util.h"
+#include "common/store/open_store.h"
 #include "common/store/postgres_store.h"
-#include "common/store/sqlite_store.h"
 #include "services/coordinator/auth.h"
 #include "services/coordinator/coordinator_config.h"
 #include "services/coordinator/coordinator_service.h"
@@ -36,27 +36,11 @@ namespace {
 
 using namespace kforge;
 
-absl::StatusOr<std::unique_ptr<Store>> OpenStore(const coordinator::CoordinatorOptions& o) {
-  if (o.store_kind == "postgres" || IsPostgresUrl(o.store_url)) {
-    auto pg = PostgresStore::Open(o.store_url);
-    if (!pg.ok()) return pg.status();
-    return std::unique_ptr<Store>(*std::move(pg));
-  }
-  auto sq = SqliteStore::Open(o.store_url);
-  if (!sq.ok()) return sq.status();
-  return std::unique_ptr<Store>(*std::move(sq));
-}
-
 // The parametric mutator for a problem: a replay problem's recorded configurations only.
 absl::StatusOr<std::shared_ptr<Mutator>> InProcessMutator(const v1::Problem& problem) {
-  ValidityFn validity;
-  if (problem.backend() == v1::BACKEND_REPLAY) {
-    auto cache = LoadKtCache(problem.replay().cache_path(), problem.replay().cache_file());
-    if (!cache.ok()) return cache.status();
-    auto shared = std::make_shared<KtCache>(*std::move(cache));
-    validity = [shared](const ParamAssignment& a) { return shared->Records(a); };
-  }
-  return std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, validity);
+  absl::StatusOr<ValidityFn> validity = ReplayValidity(problem);
+  if (!validity.ok()) return validity.status();
+  return std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, *validity);
 }
 
 }  // namespace
@@ -74,7 +58,10 @@ int main(int argc, char** argv) {
   auto log = MakeLogger("coordinator", *ParseLogLevel(opts.server.log_level));
   RealClock clock;
 
-  auto store = OpenStore(opts);
+  auto store = opts.store_kind == "postgres" && !IsPostgresUrl(opts.store_url)
+                   ? absl::StatusOr<std::unique_ptr<Store>>(absl::InvalidArgumentError(
+                         "store.url: a PostgreSQL database is named postgresql://user@host:port/db"))
+                   : OpenStore(opts.store_url);
   if (!store.ok()) {
     std::cerr << "kforge-coordinator: store: " << store.status().message() << "\n";
     return absl::IsUnavailable(store.status()) ? 1 : 2;

@@ -42,11 +42,9 @@ namespace {
 using ::testing::HasSubstr;
 
 absl::StatusOr<std::shared_ptr<Mutator>> ReplayMutator(const v1::Problem& problem) {
-  auto cache = LoadKtCache(problem.replay().cache_path(), problem.replay().cache_file());
-  if (!cache.ok()) return cache.status();
-  auto shared = std::make_shared<KtCache>(*std::move(cache));
-  return std::make_shared<llm::ParametricMutator>(
-      llm::ParametricOptions{}, [shared](const ParamAssignment& a) { return shared->Records(a); });
+  absl::StatusOr<ValidityFn> validity = ReplayValidity(problem);
+  if (!validity.ok()) return validity.status();
+  return std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, *validity);
 }
 
 // A coordinator: manager, API and gRPC server over a shared store and queue.
