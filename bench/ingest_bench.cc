@@ -32,6 +32,7 @@
 #include "common/kt_cache.h"
 #include "common/logging.h"
 #include "common/problem_loader.h"
+#include "common/queue/forwarding_queue.h"
 #include "common/queue/memory_queue.h"
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
@@ -52,9 +53,9 @@ namespace {
 
 // Records, per job, when each result reached the coordinator and when the next request left:
 // a result frees one slot, and the request that fills it pairs with the oldest unpaired arrival.
-class TimingQueue final : public WorkQueue {
+class TimingQueue final : public ForwardingWorkQueue {
  public:
-  explicit TimingQueue(WorkQueue& inner) : inner_(inner) {}
+  explicit TimingQueue(WorkQueue& inner) : ForwardingWorkQueue(inner) {}
 
   absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
     absl::Status st = inner_.Enqueue(stream, request);
@@ -67,16 +68,6 @@ class TimingQueue final : public WorkQueue {
     }
     return st;
   }
-  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
-                                                  double timeout_seconds) override {
-    return inner_.Dequeue(stream, consumer, timeout_seconds);
-  }
-  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
-    return inner_.ExtendLease(stream, item);
-  }
-  absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
-    return inner_.Complete(stream, item, result);
-  }
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override {
     auto r = inner_.NextResult(job_id, timeout_seconds);
@@ -86,14 +77,6 @@ class TimingQueue final : public WorkQueue {
     }
     return r;
   }
-  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
-    return inner_.AckResult(job_id, ack_token);
-  }
-  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
-  absl::Status Heartbeat(const v1::WorkerStatus& status) override { return inner_.Heartbeat(status); }
-  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return inner_.ListWorkers(); }
-  int64_t DataLosses() override { return inner_.DataLosses(); }
-  void Close() override { inner_.Close(); }
 
   std::vector<double> latencies() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -101,7 +84,6 @@ class TimingQueue final : public WorkQueue {
   }
 
  private:
-  WorkQueue& inner_;
   std::mutex mu_;
   std::map<std::string, std::deque<double>> arrivals_;
   std::vector<double> latencies_;

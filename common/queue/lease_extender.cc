@@ -6,7 +6,7 @@
 namespace kforge {
 
 LeaseExtendingQueue::LeaseExtendingQueue(WorkQueue& inner, double interval_seconds, Logger log)
-    : inner_(inner), interval_seconds_(interval_seconds), log_(std::move(log)) {
+    : ForwardingWorkQueue(inner), interval_seconds_(interval_seconds), log_(std::move(log)) {
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -13,37 +13,20 @@
 #include <utility>
 
 #include "common/logging.h"
-#include "common/queue/work_queue.h"
+#include "common/queue/forwarding_queue.h"
 
 namespace kforge {
 
-class LeaseExtendingQueue final : public WorkQueue {
+class LeaseExtendingQueue final : public ForwardingWorkQueue {
  public:
   LeaseExtendingQueue(WorkQueue& inner, double interval_seconds, Logger log);
   ~LeaseExtendingQueue() override;
   LeaseExtendingQueue(const LeaseExtendingQueue&) = delete;
   LeaseExtendingQueue& operator=(const LeaseExtendingQueue&) = delete;
 
-  absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
-    return inner_.Enqueue(stream, request);
-  }
   absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
                                                   double timeout_seconds) override;
-  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
-    return inner_.ExtendLease(stream, item);
-  }
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
-  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
-                                                           double timeout_seconds) override {
-    return inner_.NextResult(job_id, timeout_seconds);
-  }
-  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
-    return inner_.AckResult(job_id, ack_token);
-  }
-  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
-  absl::Status Heartbeat(const v1::WorkerStatus& status) override { return inner_.Heartbeat(status); }
-  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return inner_.ListWorkers(); }
-  int64_t DataLosses() override { return inner_.DataLosses(); }
   void Close() override;
 
   // Items whose leases are being extended (for tests).
@@ -52,7 +35,6 @@ class LeaseExtendingQueue final : public WorkQueue {
  private:
   void Loop();
 
-  WorkQueue& inner_;
   const double interval_seconds_;
   Logger log_;
   std::mutex mu_;

@@ -19,7 +19,7 @@
 #include <random>
 #include <vector>
 
-#include "common/queue/work_queue.h"
+#include "common/queue/forwarding_queue.h"
 
 namespace kforge::testing {
 
@@ -43,27 +43,16 @@ struct QueueFaultCounts {
   std::atomic<int> reordered{0};
 };
 
-class FaultyQueue final : public WorkQueue {
+class FaultyQueue final : public ForwardingWorkQueue {
  public:
-  FaultyQueue(WorkQueue& inner, QueueFaults faults) : inner_(inner), faults_(faults), rng_(faults.seed) {}
+  FaultyQueue(WorkQueue& inner, QueueFaults faults) : ForwardingWorkQueue(inner), faults_(faults), rng_(faults.seed) {}
 
   absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override;
-  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
-                                                  double timeout_seconds) override {
-    return inner_.Dequeue(stream, consumer, timeout_seconds);
-  }
-  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
-    return inner_.ExtendLease(stream, item);
-  }
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
-  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
-  absl::Status Heartbeat(const v1::WorkerStatus& status) override { return inner_.Heartbeat(status); }
-  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return inner_.ListWorkers(); }
   int64_t DataLosses() override { return inner_.DataLosses() + losses_.load(); }
-  void Close() override { inner_.Close(); }
 
   // Loses what the queue holds for the job, as a Redis restarted without its data would: queued
   // items, leases and unread results go (a worker still holding an item may still complete it),
@@ -76,7 +65,6 @@ class FaultyQueue final : public WorkQueue {
   bool Chance(double p);
   double Uniform(double hi);
 
-  WorkQueue& inner_;
   const QueueFaults faults_;
   std::mutex mu_;
   std::mt19937_64 rng_;
