@@ -19,7 +19,7 @@ absl::Status MemoryWorkQueue::Enqueue(const std::string& stream, const v1::Evalu
   if (!queued_.insert(CandidateKey(request)).second) return absl::OkStatus();  // already queued or in flight
   WorkItem item;
   item.request = request;
-  streams_[stream].ready.push_back(std::move(item));
+  streams_[stream].ready.push_back({std::move(item), clock_.MonotonicSeconds()});
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -47,7 +47,7 @@ void MemoryWorkQueue::ReclaimExpired(Stream& s) {
       ++it;
     }
   }
-  for (auto it = again.rbegin(); it != again.rend(); ++it) s.ready.push_front(std::move(*it));
+  for (auto it = again.rbegin(); it != again.rend(); ++it) s.ready.push_front({std::move(*it), now});
 }
 
 absl::StatusOr<std::optional<WorkItem>> MemoryWorkQueue::Dequeue(const std::string& stream,
@@ -60,7 +60,7 @@ absl::StatusOr<std::optional<WorkItem>> MemoryWorkQueue::Dequeue(const std::stri
     Stream& s = streams_[stream];
     ReclaimExpired(s);
     if (!s.ready.empty()) {
-      WorkItem item = std::move(s.ready.front());
+      WorkItem item = std::move(s.ready.front().item);
       s.ready.pop_front();
       item.delivery_id = absl::StrCat(stream, "-", next_delivery_++);
       item.consumer = consumer;
@@ -147,8 +147,8 @@ absl::Status MemoryWorkQueue::PurgeJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [name, s] : streams_) {
     for (auto it = s.ready.begin(); it != s.ready.end();) {
-      if (it->request.job_id() == job_id) {
-        queued_.erase(CandidateKey(it->request));
+      if (it->item.request.job_id() == job_id) {
+        queued_.erase(CandidateKey(it->item.request));
         it = s.ready.erase(it);
       } else {
         ++it;
@@ -171,6 +171,21 @@ void MemoryWorkQueue::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   cv_.notify_all();
+}
+
+absl::StatusOr<std::vector<StreamStats>> MemoryWorkQueue::Stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_.MonotonicSeconds();
+  std::vector<StreamStats> out;
+  for (auto& [name, s] : streams_) {
+    ReclaimExpired(s);
+    StreamStats st{.stream = name,
+                   .depth = static_cast<int64_t>(s.ready.size()),
+                   .in_flight = static_cast<int64_t>(s.pending.size())};
+    for (const Ready& r : s.ready) st.oldest_queued_seconds = std::max(st.oldest_queued_seconds, now - r.queued_at);
+    out.push_back(std::move(st));
+  }
+  return out;
 }
 
 size_t MemoryWorkQueue::PendingCount() {

@@ -31,6 +31,7 @@ class MemoryWorkQueue final : public WorkQueue {
   absl::Status Heartbeat(const v1::WorkerStatus& status) override;
   absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
   int64_t DataLosses() override { return 0; }
+  absl::StatusOr<std::vector<StreamStats>> Stats() override;
   void Close() override;
 
   // Entries delivered but not completed, over all streams (for tests and metrics).
@@ -41,8 +42,12 @@ class MemoryWorkQueue final : public WorkQueue {
     WorkItem item;
     double deadline;
   };
+  struct Ready {
+    WorkItem item;
+    double queued_at;  // monotonic seconds: when it was queued, or requeued after a lost lease
+  };
   struct Stream {
-    std::deque<WorkItem> ready;
+    std::deque<Ready> ready;
     std::map<std::string, Pending> pending;  // by delivery id
   };
   struct Unacked {

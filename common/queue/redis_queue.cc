@@ -31,6 +31,36 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL'
 return 0
 )lua";
 
+// Stats: ARGV = work-stream key pattern, group. For each work stream: key, length, entries the
+// group holds (leased), and the age in ms of the oldest entry not yet delivered (0 when none),
+// on the server's clock (entry ids are its milliseconds).
+constexpr char kStatsScript[] = R"lua(
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local out = {}
+local cursor = '0'
+repeat
+  local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 100, 'TYPE', 'stream')
+  cursor = page[1]
+  for _, key in ipairs(page[2]) do
+    local pending, last = 0, '0-0'
+    local groups = redis.pcall('XINFO', 'GROUPS', key)
+    if type(groups) == 'table' and groups.err == nil then
+      for _, g in ipairs(groups) do
+        local f = {}
+        for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+        if f['name'] == ARGV[2] then pending, last = f['pending'], f['last-delivered-id'] end
+      end
+    end
+    local oldest = 0
+    local first = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
+    if #first > 0 then oldest = math.max(0, now_ms - tonumber(string.match(first[1][1], '^(%d+)'))) end
+    table.insert(out, {key, redis.call('XLEN', key), pending, oldest})
+  end
+until cursor == '0'
+return out
+)lua";
+
 // AckResult: acknowledge and delete a result entry (a group lost with the data is no error).
 constexpr char kAckScript[] = R"lua(
 pcall(redis.call, 'XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -681,6 +711,26 @@ absl::StatusOr<std::vector<v1::WorkerStatus>> RedisWorkQueue::ListWorkers() {
     out.push_back(std::move(st));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.worker_id() < b.worker_id(); });
+  return out;
+}
+
+absl::StatusOr<std::vector<StreamStats>> RedisWorkQueue::Stats() {
+  const std::string prefix = WorkKey("");
+  auto r = Command({"EVAL", kStatsScript, "0", prefix + "*", kWorkers});
+  if (!r.ok()) return r.status();
+  std::vector<StreamStats> out;
+  const redisReply& reply = **r;
+  for (size_t i = 0; i < reply.elements; ++i) {
+    const redisReply& row = *reply.element[i];
+    if (row.type != REDIS_REPLY_ARRAY || row.elements != 4) return absl::InternalError("redis stats: unexpected reply");
+    const std::string key = Str(*row.element[0]);
+    const int64_t length = row.element[1]->integer, leased = row.element[2]->integer;
+    out.push_back({.stream = key.substr(std::min(prefix.size(), key.size())),
+                   .depth = std::max<int64_t>(0, length - leased),
+                   .in_flight = leased,
+                   .oldest_queued_seconds = static_cast<double>(row.element[3]->integer) / 1000});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.stream < b.stream; });
   return out;
 }
 

@@ -84,6 +84,7 @@ class RedisWorkQueue final : public WorkQueue {
   absl::Status Heartbeat(const v1::WorkerStatus& status) override;
   absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
   int64_t DataLosses() override;
+  absl::StatusOr<std::vector<StreamStats>> Stats() override;
   void Close() override;
 
  private:

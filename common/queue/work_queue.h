@@ -43,6 +43,14 @@ struct ResultDelivery {
   std::string ack_token;    // pass to AckResult once the result is stored
 };
 
+// A stream's backlog (the queue-depth metrics and alerts).
+struct StreamStats {
+  std::string stream;
+  int64_t depth = 0;                  // queued, not yet taken by a worker
+  int64_t in_flight = 0;              // taken, not yet completed (leased)
+  double oldest_queued_seconds = 0;   // how long the oldest queued item has waited (0 when none)
+};
+
 class WorkQueue {
  public:
   virtual ~WorkQueue() = default;
@@ -81,6 +89,8 @@ class WorkQueue {
   // the count grow dispatches again every candidate that has no evaluation (Enqueue accepts them:
   // their idempotency keys went too). 0 for a queue that cannot lose data.
   [[nodiscard]] virtual int64_t DataLosses() = 0;
+  // Every stream that has held work, with its backlog now.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<StreamStats>> Stats() = 0;
   // Wakes every waiter; later calls return at once.
   virtual void Close() = 0;
 };

@@ -70,6 +70,13 @@ absl::StatusOr<int64_t> MemoryStore::UpdateJob(const v1::Job& job, int64_t fence
   return stored + 1;
 }
 
+absl::StatusOr<std::map<v1::JobState, int64_t>> MemoryStore::CountJobsByState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<v1::JobState, int64_t> out;
+  for (const auto& [id, d] : jobs_) ++out[d.job.state()];
+  return out;
+}
+
 absl::StatusOr<std::vector<v1::Job>> MemoryStore::ListJobs(const JobQuery& q) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t before = INT64_MAX;

@@ -345,6 +345,17 @@ absl::StatusOr<int64_t> PostgresStore::UpdateJob(const v1::Job& job, int64_t fen
   });
 }
 
+absl::StatusOr<std::map<v1::JobState, int64_t>> PostgresStore::CountJobsByState() {
+  using Counts = std::map<v1::JobState, int64_t>;
+  return WithTransaction<Counts>("count jobs", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<Counts> {
+    Counts out;
+    for (const auto& row : w.exec("SELECT state, count(*) FROM jobs GROUP BY state")) {
+      out[static_cast<v1::JobState>(row[0].as<int>())] = row[1].as<int64_t>();
+    }
+    return out;
+  });
+}
+
 absl::StatusOr<std::vector<v1::Job>> PostgresStore::ListJobs(const JobQuery& q) {
   return WithTransaction<std::vector<v1::Job>>("list jobs", [&](pqxx::transaction_base& w, int) {
     pqxx::result r = w.exec_params(

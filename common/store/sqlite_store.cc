@@ -327,6 +327,16 @@ absl::StatusOr<int64_t> SqliteStore::UpdateJob(const v1::Job& job, int64_t fence
   });
 }
 
+absl::StatusOr<std::map<v1::JobState, int64_t>> SqliteStore::CountJobsByState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT state, count(*) FROM jobs GROUP BY state");
+  std::map<v1::JobState, int64_t> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out[static_cast<v1::JobState>(s.ColumnInt(0))] = s.ColumnInt(1);
+  if (rc != SQLITE_DONE) return Error("count jobs");
+  return out;
+}
+
 absl::StatusOr<std::vector<v1::Job>> SqliteStore::ListJobs(const JobQuery& q) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,

@@ -6,6 +6,7 @@
 // (tests/unit/store_contract.h) runs against each.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,8 @@ class Store {
   [[nodiscard]] virtual absl::StatusOr<int64_t> UpdateJob(const v1::Job& job, int64_t fence) = 0;
   // Newest first.
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) = 0;
+  // How many jobs are in each state (states with none are absent), for the jobs-by-state metric.
+  [[nodiscard]] virtual absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() = 0;
 
   // ---- job leases ----
   // Takes or renews the job's lease for `lease_seconds`: granted when nobody holds a live lease

@@ -645,6 +645,35 @@ TEST_P(QueueContractTest, PurgeJobDropsItsUndeliveredResults) {
   EXPECT_EQ(r->request_id(), "r2");
 }
 
+TEST_P(QueueContractTest, StatsCountQueuedAndLeasedItemsPerStream) {
+  auto none = queue().Stats();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  for (const char* id : {"r1", "r2", "r3"}) MustEnqueue("opencl", MakeQueueRequest("j1", id));
+  MustEnqueue("cuda", MakeQueueRequest("j1", "r4"));
+  WorkItem cuda_item = MustDequeue("cuda");
+  MustDequeue("opencl");
+  factory_->AdvanceTime(10);
+  auto stats = queue().Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::map<std::string, StreamStats> by_stream;
+  for (const StreamStats& s : *stats) by_stream[s.stream] = s;
+  ASSERT_EQ(by_stream.size(), 2u);
+  EXPECT_EQ(by_stream["opencl"].depth, 2);
+  EXPECT_EQ(by_stream["opencl"].in_flight, 1);
+  EXPECT_GT(by_stream["opencl"].oldest_queued_seconds, 0) << "two items have waited";
+  EXPECT_EQ(by_stream["cuda"].depth, 0);
+  EXPECT_EQ(by_stream["cuda"].in_flight, 1);
+  EXPECT_EQ(by_stream["cuda"].oldest_queued_seconds, 0) << "nothing is queued on cuda";
+  // A completed item leaves the stream's counts.
+  ASSERT_TRUE(queue().Complete("cuda", cuda_item, ResultFor(cuda_item)).ok());
+  stats = queue().Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const StreamStats& s : *stats) {
+    if (s.stream == "cuda") EXPECT_EQ(s.depth + s.in_flight, 0);
+  }
+}
+
 TEST_P(QueueContractTest, HeartbeatsMakeTheFleetAndQuietWorkersLeaveIt) {
   v1::WorkerStatus a;
   a.set_worker_id("wa");
