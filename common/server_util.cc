@@ -7,13 +7,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_metrics.h"
+#include "common/process_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace kforge {
 
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
-                                              const std::vector<grpc::Service*>& services, int max_receive_bytes) {
+                                              const std::vector<grpc::Service*>& services, int max_receive_bytes,
+                                              prometheus::Registry* registry) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -21,6 +24,11 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &out.port);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
   for (auto* s : services) builder.RegisterService(s);
+  if (registry != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(std::make_unique<GrpcRequestCounter>(*registry));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, " (address in use or invalid?)"));
@@ -37,6 +45,8 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
   }
   out.exposer->RegisterCollectable(registry);
+  out.process = std::make_shared<ProcessCollector>();
+  out.exposer->RegisterCollectable(out.process);
   auto ports = out.exposer->GetListeningPorts();
   out.port = ports.empty() ? 0 : ports.front();
   return out;
@@ -47,7 +57,7 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal,
                      int max_receive_bytes) {
   LogListenAddresses(listen, metrics_listen, log);
-  auto server = StartGrpcServer(listen, services, max_receive_bytes);
+  auto server = StartGrpcServer(listen, services, max_receive_bytes, registry.get());
   if (!server.ok()) {
     log->error("{}", server.status().message());
     return 1;

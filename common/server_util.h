@@ -27,16 +27,19 @@ inline constexpr int kDefaultMaxReceiveBytes = 4 << 20;
 // Builds and starts a gRPC server on `listen` (host:port) serving `services`, plus the standard
 // health service and reflection; a larger message than `max_receive_bytes` is refused
 // (RESOURCE_EXHAUSTED). Insecure credentials: TLS terminates at the deployment's proxy.
+// With a registry, every finished RPC is counted (kforge_grpc_server_requests_total).
 [[nodiscard]] absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                                             const std::vector<grpc::Service*>& services,
-                                                            int max_receive_bytes = kDefaultMaxReceiveBytes);
+                                                            int max_receive_bytes = kDefaultMaxReceiveBytes,
+                                                            prometheus::Registry* registry = nullptr);
 
 struct MetricsEndpoint {
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::shared_ptr<prometheus::Collectable> process;  // process_* series, read at each scrape
   int port = 0;
 };
 
-// Serves `registry` at http://listen/metrics.
+// Serves `registry`, and the process_* series, at http://listen/metrics.
 [[nodiscard]] absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
                                                            std::shared_ptr<prometheus::Registry> registry);
 
