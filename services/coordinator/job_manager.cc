@@ -167,7 +167,7 @@ void JobManager::StartJob(const v1::Job& job) {
   const v1::Problem problem = job.spec().problem();
   std::lock_guard<std::mutex> lock(mu_);
   running_[id] = std::move(r);
-  raw->thread = std::thread([this, raw, id, problem] {
+  raw->thread = std::thread([this, raw, id, problem, job] {
     absl::StatusOr<std::shared_ptr<Mutator>> mutator = mutators_(problem);
     if (!mutator.ok()) {
       log_->error("job={} no mutator: {}", id, mutator.status().message());
@@ -180,7 +180,17 @@ void JobManager::StartJob(const v1::Job& job) {
     ro.lease_seconds = options_.lease_seconds;
     ro.device_class = options_.device_class;
     JobRunner runner(store_, queue_, **mutator, clock_, log_, ro);
-    absl::StatusOr<v1::Job> end = runner.Run(id, raw->stop);
+    CoordinatorMetrics* metrics = options_.metrics;
+    ProgressFn progress;
+    if (metrics != nullptr) {
+      metrics->JobStarted(job, clock_.WallSeconds());
+      progress = [this, metrics, backend = problem.backend()](const Progress& p) {
+        if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome());
+        metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, clock_.WallSeconds());
+      };
+    }
+    absl::StatusOr<v1::Job> end = runner.Run(id, raw->stop, progress);
+    if (metrics != nullptr) metrics->JobEnded(id);
     if (!end.ok()) {
       // Another coordinator holds the job (a claim that lost), or this one lost it: not an error.
       if (absl::IsFailedPrecondition(end.status())) {

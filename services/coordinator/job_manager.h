@@ -26,6 +26,7 @@
 #include "common/queue/work_queue.h"
 #include "common/store/store.h"
 #include "kforge/v1/job.pb.h"
+#include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/job_runner.h"
 
 namespace kforge::coordinator {
@@ -40,6 +41,7 @@ struct JobManagerOptions {
   double lease_seconds = 30;
   double scan_seconds = 2;
   std::string device_class;   // see JobRunnerOptions
+  CoordinatorMetrics* metrics = nullptr;  // results and per-job gauges; null: none
 };
 
 class JobManager {

@@ -20,10 +20,12 @@
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
 #include "common/server_util.h"
+#include "common/store/metered_store.h"
 #include "common/store/open_store.h"
 #include "common/store/postgres_store.h"
 #include "services/coordinator/auth.h"
 #include "services/coordinator/coordinator_config.h"
+#include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/coordinator_service.h"
 #include "services/coordinator/job_api.h"
 #include "services/coordinator/job_manager.h"
@@ -66,6 +68,9 @@ int main(int argc, char** argv) {
     std::cerr << "kforge-coordinator: store: " << store.status().message() << "\n";
     return absl::IsUnavailable(store.status()) ? 1 : 2;
   }
+  // Every store call is timed and its failures counted (store latency and error series).
+  auto registry = std::make_shared<prometheus::Registry>();
+  MeteredStore metered_store(**store, *registry);
   constexpr double kLeaseSeconds = 30;
   std::unique_ptr<WorkQueue> queue;
   if (opts.queue_kind == "redis") {
@@ -91,19 +96,22 @@ int main(int argc, char** argv) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   const std::string owner = opts.owner.empty() ? absl::StrCat(host, ":", getpid()) : opts.owner;
-  coordinator::JobManager manager(**store, *queue, mutators, clock, log,
+  coordinator::CoordinatorMetrics metrics(*registry);
+  coordinator::JobManager manager(metered_store, *queue, mutators, clock, log,
                                   {.owner = owner,
                                    .max_running = static_cast<int>(opts.max_jobs_running),
                                    .slots = static_cast<int>(opts.slots_per_job),
-                                   .lease_seconds = kLeaseSeconds});
+                                   .lease_seconds = kLeaseSeconds,
+                                   .metrics = &metrics});
   // Submitted problems are written next to a SQLite database, or in the temporary folder.
   const std::string problems_dir =
       !opts.problems_dir.empty() ? opts.problems_dir
       : (opts.store_kind == "sqlite" && !IsPostgresUrl(opts.store_url) && opts.store_url != ":memory:")
           ? opts.store_url + ".problems"
           : (std::filesystem::temp_directory_path() / absl::StrCat("kforge-coordinator-", getpid())).string();
-  coordinator::JobApi api(**store, *queue, manager, {.problems_dir = problems_dir});
-  coordinator::Authenticator auth(**store, opts.auth_required);
+  coordinator::JobApi api(metered_store, *queue, manager, {.problems_dir = problems_dir});
+  coordinator::Authenticator auth(metered_store, opts.auth_required);
+  coordinator::MetricsSampler sampler(metered_store, *queue, metrics, log);
   coordinator::CoordinatorServiceImpl service(api, auth);
   log->info("owner={} store={} queue={} auth={} max_running={} slots={} problems_dir={}", owner,
             RedactUrlPassword(opts.store_url), opts.queue_kind, opts.auth_required ? "required" : "off",
@@ -150,13 +158,15 @@ int main(int argc, char** argv) {
     });
   }
   manager.Start();
+  sampler.Start();
   constexpr double kShutdownSeconds = 5;
   // A submit carries a problem folder (JobApi allows 64 MiB of files).
   constexpr int kMaxSubmitBytes = 72 << 20;
   const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
-                                  std::make_shared<prometheus::Registry>(), log, kShutdownSeconds,
-                                  [&manager] { manager.Stop(); }, kMaxSubmitBytes);
+                                  registry, log, kShutdownSeconds, [&manager] { manager.Stop(); },
+                                  kMaxSubmitBytes);
   manager.Stop();
+  sampler.Stop();
   workers_stop = true;
   queue->Close();
   for (auto& t : workers) t.join();

@@ -32,7 +32,17 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                  .Name("kforge_worker_busy_slots")
                  .Help("Evaluations in progress")
                  .Register(registry)
-                 .Add({})) {}
+                 .Add({})),
+      slots_(&prometheus::BuildGauge()
+                  .Name("kforge_worker_slots")
+                  .Help("Evaluation slots configured")
+                  .Register(registry)
+                  .Add({})),
+      draining_(&prometheus::BuildGauge()
+                     .Name("kforge_worker_draining")
+                     .Help("1 while the worker drains (after SIGTERM): it takes no new work")
+                     .Register(registry)
+                     .Add({})) {}
 
 void WorkerMetrics::Record(const v1::EvaluationResult& r, v1::Backend backend) {
   const std::string b(BackendName(backend));
@@ -50,7 +60,9 @@ void WorkerMetrics::Record(const v1::EvaluationResult& r, v1::Backend backend) {
 
 WorkerCore::WorkerCore(WorkerCoreOptions options, Evaluator& evaluator, prometheus::Registry& registry,
                        Logger log)
-    : options_(std::move(options)), evaluator_(evaluator), metrics_(registry), log_(std::move(log)) {}
+    : options_(std::move(options)), evaluator_(evaluator), metrics_(registry), log_(std::move(log)) {
+  metrics_.slots().Set(options_.slots);
+}
 
 void WorkerCore::ProbeBackends() {
   std::vector<v1::DeviceInfo> devices;
@@ -117,6 +129,7 @@ bool WorkerCore::Draining() {
 int WorkerCore::Drain() {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;
+  metrics_.draining().Set(1);
   log_->info("draining in_flight={}", busy_);
   return busy_;
 }

@@ -33,6 +33,8 @@ class WorkerMetrics {
   explicit WorkerMetrics(prometheus::Registry& registry);
   void Record(const v1::EvaluationResult& result, v1::Backend backend);
   prometheus::Gauge& busy_slots() { return *busy_; }
+  prometheus::Gauge& slots() { return *slots_; }
+  prometheus::Gauge& draining() { return *draining_; }
 
  private:
   prometheus::Family<prometheus::Counter>& evaluations_;
@@ -40,6 +42,8 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Histogram>& evaluation_seconds_;
   prometheus::Family<prometheus::Counter>& sandbox_bytes_;
   prometheus::Gauge* busy_;
+  prometheus::Gauge* slots_;
+  prometheus::Gauge* draining_;
 };
 
 class WorkerCore {

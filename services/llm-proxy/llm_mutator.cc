@@ -133,8 +133,9 @@ absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
   return cfg;
 }
 
-LlmMutator::LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log)
-    : providers_(std::move(providers)), cache_(cache), log_(std::move(log)) {}
+LlmMutator::LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log,
+                       ProxyMetrics* metrics)
+    : providers_(std::move(providers)), cache_(cache), log_(std::move(log)), metrics_(metrics) {}
 
 absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::string& system, const std::string& user,
                                             uint64_t sample, v1::MutateResponse* resp) {
@@ -145,10 +146,12 @@ absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::strin
   usage->set_model(c.model);
   if (auto hit = cache_.Get(key); hit.has_value()) {
     usage->set_cache_hit(true);
+    if (metrics_ != nullptr) metrics_->RecordCacheHit(c.name, c.model);
     return *hit;
   }
   ChatRequest req{system, user, c.temperature, c.max_output_tokens};
   auto r = provider.Complete(req);
+  if (metrics_ != nullptr) metrics_->RecordModelCall(c.name, c.model, r.ok() ? &*r : nullptr);
   if (!r.ok()) return r.status();
   usage->set_input_tokens(r->input_tokens);
   usage->set_output_tokens(r->output_tokens);
@@ -275,7 +278,7 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
 }
 
 absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient& http, uint64_t jitter_seed,
-                                             Logger log) {
+                                             Logger log, ProxyMetrics* metrics) {
   ConfiguredLlm out;
   KF_ASSIGN_OR_RETURN(out.cache, ResponseCache::Open(config.cache_file));
   std::vector<std::unique_ptr<Provider>> providers;
@@ -284,8 +287,16 @@ absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient
         p, http, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, jitter_seed));
     absl::StrAppend(&out.provider_names, out.provider_names.empty() ? "" : ", ", p.name);
   }
-  out.mutator = std::make_unique<LlmMutator>(std::move(providers), *out.cache, std::move(log));
+  out.mutator = std::make_unique<LlmMutator>(std::move(providers), *out.cache, std::move(log), metrics);
   return out;
+}
+
+absl::StatusOr<v1::MutateResponse> MixedMutator::Counted(const char* mutator,
+                                                         absl::StatusOr<v1::MutateResponse> r) {
+  if (metrics_ != nullptr) {
+    metrics_->RecordMutation(mutator, !r.ok() ? "error" : r->children().empty() ? "no_child" : "child");
+  }
+  return r;
 }
 
 absl::StatusOr<v1::MutateResponse> MixedMutator::MutateCancellable(const v1::MutateRequest& req, const SeenFn& seen,
@@ -296,9 +307,10 @@ absl::StatusOr<v1::MutateResponse> MixedMutator::MutateCancellable(const v1::Mut
   if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_) {
     if (cancelled()) return absl::CancelledError("the mutation was cancelled before the model call");
     auto r = llm_->Mutate(req, seen);
-    if (r.ok() && !r->children().empty()) return r;
+    if (r.ok() && !r->children().empty()) return Counted("model", std::move(r));
+    if (metrics_ != nullptr) metrics_->RecordMutation("model", r.ok() ? "no_child" : "error");
     // The model failed or repeated itself: the knob tuner still makes progress; keep the usage.
-    auto fallback = parametric_.MutateCancellable(req, seen, cancelled);
+    auto fallback = Counted("parametric", parametric_.MutateCancellable(req, seen, cancelled));
     if (!fallback.ok()) return fallback;
     const std::string why = r.ok() ? r->message() : std::string(r.status().message());
     if (r.ok()) {
@@ -309,7 +321,7 @@ absl::StatusOr<v1::MutateResponse> MixedMutator::MutateCancellable(const v1::Mut
                               : absl::StrCat(why, "; fell back to the parametric mutator"));
     return fallback;
   }
-  return parametric_.MutateCancellable(req, seen, cancelled);
+  return Counted("parametric", parametric_.MutateCancellable(req, seen, cancelled));
 }
 
 }  // namespace kforge::llm

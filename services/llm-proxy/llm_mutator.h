@@ -19,6 +19,7 @@
 #include "common/mutator.h"
 #include "services/llm-proxy/cancellable_mutator.h"
 #include "services/llm-proxy/provider.h"
+#include "services/llm-proxy/proxy_metrics.h"
 
 namespace kforge::llm {
 
@@ -50,7 +51,9 @@ struct LlmConfig {
 
 class LlmMutator final : public Mutator {
  public:
-  LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log);
+  // `metrics` (optional) counts every model call.
+  LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log,
+             ProxyMetrics* metrics = nullptr);
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
   size_t provider_count() const { return providers_.size(); }
   // At job start: the prompt for a parent as large as the seed (with a worst-case feedback
@@ -65,6 +68,7 @@ class LlmMutator final : public Mutator {
   std::vector<std::unique_ptr<Provider>> providers_;
   ResponseCache& cache_;
   Logger log_;
+  ProxyMetrics* metrics_;
 };
 
 // The model side built from a config: the reply cache and the LLM mutator, its providers calling
@@ -76,14 +80,15 @@ struct ConfiguredLlm {
   std::string provider_names;  // "local, claude", for the job-start line
 };
 [[nodiscard]] absl::StatusOr<ConfiguredLlm> MakeLlmMutator(const LlmConfig& config, HttpClient& http,
-                                                           uint64_t jitter_seed, Logger log);
+                                                           uint64_t jitter_seed, Logger log,
+                                                           ProxyMetrics* metrics = nullptr);
 
 // A model call is not interrupted by `cancelled` (its provider's timeout bounds it), but none is
 // started, and no fallback run, once it is true.
 class MixedMutator final : public CancellableMutator {
  public:
-  MixedMutator(CancellableMutator& parametric, Mutator* llm, double llm_probability)
-      : parametric_(parametric), llm_(llm), probability_(llm == nullptr ? 0 : llm_probability) {}
+  MixedMutator(CancellableMutator& parametric, Mutator* llm, double llm_probability, ProxyMetrics* metrics = nullptr)
+      : parametric_(parametric), llm_(llm), probability_(llm == nullptr ? 0 : llm_probability), metrics_(metrics) {}
   absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
                                                        const CancelledFn& cancelled) override;
   bool WantsSeenHashes() const override {
@@ -92,8 +97,11 @@ class MixedMutator final : public CancellableMutator {
 
  private:
   CancellableMutator& parametric_;
+  absl::StatusOr<v1::MutateResponse> Counted(const char* mutator, absl::StatusOr<v1::MutateResponse> r);
+
   Mutator* llm_;
   double probability_;
+  ProxyMetrics* metrics_;
 };
 
 }  // namespace kforge::llm

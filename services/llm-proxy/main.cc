@@ -25,11 +25,13 @@ int main(int argc, char** argv) {
   auto log = MakeLogger("llm-proxy", *ParseLogLevel(opts.server.log_level));
   llm::ParametricMutator parametric({.max_cached_spaces = static_cast<size_t>(opts.cached_spaces)});
   llm::CurlHttpClient http;
+  auto registry = std::make_shared<prometheus::Registry>();
+  llm::ProxyMetrics metrics(*registry);
   llm::ConfiguredLlm model;
   double probability = 0;
   if (!opts.providers_file.empty()) {
     auto cfg = llm::LoadLlmConfig(opts.providers_file);
-    auto made = cfg.ok() ? llm::MakeLlmMutator(*cfg, http, /*jitter_seed=*/1, log)
+    auto made = cfg.ok() ? llm::MakeLlmMutator(*cfg, http, /*jitter_seed=*/1, log, &metrics)
                          : absl::StatusOr<llm::ConfiguredLlm>(cfg.status());
     if (!made.ok()) {
       std::cerr << "kforge-llm-proxy: " << made.status().message() << "\n";
@@ -41,7 +43,7 @@ int main(int argc, char** argv) {
   } else {
     log->info("no providers configured: parametric mutations only");
   }
-  llm::MixedMutator mutator(parametric, model.mutator.get(), probability);
+  llm::MixedMutator mutator(parametric, model.mutator.get(), probability, &metrics);
   llm::LlmProxyServiceImpl service(
       mutator, {.threads = static_cast<int>(opts.threads),
                 .queue = static_cast<int>(opts.queue),
@@ -52,6 +54,6 @@ int main(int argc, char** argv) {
   // the server's grace is short. The service's destructor then joins the worker threads.
   constexpr double kShutdownSeconds = 2;
   return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
-                          std::make_shared<prometheus::Registry>(), log, kShutdownSeconds,
+                          registry, log, kShutdownSeconds,
                           [&service] { service.BeginShutdown(); });
 }

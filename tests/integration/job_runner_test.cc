@@ -25,6 +25,7 @@
 #include "common/kt_cache.h"
 #include "common/logging.h"
 #include "common/problem_loader.h"
+#include "common/queue/forwarding_queue.h"
 #include "common/queue/memory_queue.h"
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
@@ -57,25 +58,15 @@ enum class QueueMode { kPlain, kDuplicate, kReorder };
 // mode, publishes every result twice (a redelivered result) or hands results to the job out of
 // order (it holds results back until it has two, or nothing more arrives within a short wait,
 // then hands out the one of the later candidate first).
-class TestQueue final : public WorkQueue {
+class TestQueue final : public ForwardingWorkQueue {
  public:
-  TestQueue(WorkQueue& inner, QueueMode mode) : inner_(inner), mode_(mode) {}
-  absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
-    return inner_.Enqueue(stream, request);
-  }
-  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
-                                                  double timeout_seconds) override {
-    return inner_.Dequeue(stream, consumer, timeout_seconds);
-  }
+  TestQueue(WorkQueue& inner, QueueMode mode) : ForwardingWorkQueue(inner), mode_(mode) {}
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
     completed_.fetch_add(1);
     if (absl::Status st = inner_.Complete(stream, item, result); !st.ok()) return st;
     if (mode_ != QueueMode::kDuplicate) return absl::OkStatus();
     duplicates_.fetch_add(1);
     return inner_.Complete(stream, item, result);
-  }
-  absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
-    return inner_.ExtendLease(stream, item);
   }
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override {
@@ -96,20 +87,11 @@ class TestQueue final : public WorkQueue {
     last_ = out.result.candidate_id();
     return std::optional<ResultDelivery>(std::move(out));
   }
-  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
-    return inner_.AckResult(job_id, ack_token);
-  }
-  absl::Status PurgeJob(const std::string& job_id) override { return inner_.PurgeJob(job_id); }
-  absl::Status Heartbeat(const v1::WorkerStatus& status) override { return inner_.Heartbeat(status); }
-  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return inner_.ListWorkers(); }
-  int64_t DataLosses() override { return inner_.DataLosses(); }
-  void Close() override { inner_.Close(); }
   int completed() const { return completed_.load(); }
   int duplicates() const { return duplicates_.load(); }
   bool reordered() const { return reordered_; }
 
  private:
-  WorkQueue& inner_;
   const QueueMode mode_;
   std::atomic<int> completed_{0};
   std::atomic<int> duplicates_{0};
@@ -961,7 +943,9 @@ TEST_F(JobRunnerTest, OnRedisEveryCandidateEndsWithOneEvaluationAcrossRestartsWi
   }
   std::atomic<bool> stop{false};
   auto job = runner.Run(id, stop, [&](const coordinator::Progress& p) {
-    if (p.evaluations == 12) EXPECT_TRUE(redis.Restart()) << redis.error();
+    if (p.evaluations == 12) {
+      EXPECT_TRUE(redis.Restart()) << redis.error();
+    }
     if (p.evaluations == 24) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // results wait unread
       EXPECT_TRUE(redis.RestartEmpty()) << redis.error();

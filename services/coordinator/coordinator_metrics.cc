@@ -1,0 +1,203 @@
+#include "services/coordinator/coordinator_metrics.h"
+
+#include <chrono>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "common/dtype.h"
+
+namespace kforge::coordinator {
+
+namespace {
+
+std::string StateLabel(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+template <typename T>
+prometheus::Family<T>& Build(prometheus::Registry& registry, const char* name, const char* help) {
+  if constexpr (std::is_same_v<T, prometheus::Counter>) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+  } else {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+  }
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
+    : evaluations_(Build<prometheus::Counter>(registry, "kforge_coordinator_evaluations_total",
+                                              "Results ingested, by backend and outcome")),
+      job_evaluations_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_evaluations",
+                                                "Evaluations of each job running here")),
+      job_budget_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_budget_evaluations",
+                                           "Evaluation budget of each job running here (0: none)")),
+      job_best_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_best_speedup",
+                                         "Best speedup over the reference of each job running here (0: none yet)")),
+      job_last_result_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_last_result_timestamp_seconds",
+                                                "Unix time of the last result of each job running here (its start "
+                                                "until the first)")),
+      jobs_(Build<prometheus::Gauge>(registry, "kforge_coordinator_jobs", "Jobs in the store, by state")),
+      queue_depth_(Build<prometheus::Gauge>(registry, "kforge_coordinator_queue_depth",
+                                            "Work items queued and not yet taken, by stream")),
+      queue_in_flight_(Build<prometheus::Gauge>(registry, "kforge_coordinator_queue_in_flight",
+                                                "Work items a worker holds, by stream")),
+      queue_oldest_(Build<prometheus::Gauge>(registry, "kforge_coordinator_queue_oldest_pending_age_seconds",
+                                             "How long the oldest queued item of each stream has waited")),
+      data_losses_(Build<prometheus::Counter>(registry, "kforge_coordinator_queue_data_losses_total",
+                                              "Times the queue backend was found to have lost its data")
+                       .Add({})),
+      workers_(Build<prometheus::Gauge>(registry, "kforge_coordinator_workers",
+                                        "Live workers (heard from within the heartbeat TTL)")
+                   .Add({})),
+      worker_slots_(Build<prometheus::Gauge>(registry, "kforge_coordinator_worker_slots",
+                                             "Evaluation slots of the live workers: total and busy")) {
+  // Every state is exported, 0 included, so a dashboard shows a state with no jobs as 0.
+  for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+    if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) {
+      jobs_.Add({{"state", StateLabel(static_cast<v1::JobState>(s))}}).Set(0);
+    }
+  }
+  worker_slots_.Add({{"state", "total"}}).Set(0);
+  worker_slots_.Add({{"state", "busy"}}).Set(0);
+}
+
+void CoordinatorMetrics::RecordEvaluation(v1::Backend backend, v1::Outcome outcome) {
+  evaluations_.Add({{"backend", std::string(BackendName(backend))}, {"outcome", std::string(OutcomeName(outcome))}})
+      .Increment();
+}
+
+void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
+  const prometheus::Labels labels{{"job_id", job.id()}};
+  std::lock_guard<std::mutex> lock(mu_);
+  JobGauges g{&job_evaluations_.Add(labels), &job_budget_.Add(labels), &job_best_.Add(labels),
+              &job_last_result_.Add(labels)};
+  g.evaluations->Set(static_cast<double>(job.progress().evaluations()));
+  g.budget->Set(static_cast<double>(job.spec().budget().max_candidates()));
+  g.best_speedup->Set(job.progress().best_speedup());
+  g.last_result->Set(now_unix);
+  jobs_running_[job.id()] = g;
+}
+
+void CoordinatorMetrics::JobProgress(const std::string& job_id, int64_t evaluations, double best_speedup,
+                                     double now_unix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_running_.find(job_id);
+  if (it == jobs_running_.end()) return;
+  it->second.evaluations->Set(static_cast<double>(evaluations));
+  it->second.best_speedup->Set(best_speedup);
+  it->second.last_result->Set(now_unix);
+}
+
+void CoordinatorMetrics::JobEnded(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_running_.find(job_id);
+  if (it == jobs_running_.end()) return;
+  job_evaluations_.Remove(it->second.evaluations);
+  job_budget_.Remove(it->second.budget);
+  job_best_.Remove(it->second.best_speedup);
+  job_last_result_.Remove(it->second.last_result);
+  jobs_running_.erase(it);
+}
+
+void CoordinatorMetrics::SetJobCounts(const std::map<v1::JobState, int64_t>& counts) {
+  for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+    if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
+    auto it = counts.find(static_cast<v1::JobState>(s));
+    jobs_.Add({{"state", StateLabel(static_cast<v1::JobState>(s))}})
+        .Set(it == counts.end() ? 0 : static_cast<double>(it->second));
+  }
+}
+
+void CoordinatorMetrics::SetQueueStats(const std::vector<StreamStats>& streams) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> now;
+  for (const StreamStats& s : streams) {
+    const prometheus::Labels labels{{"stream", s.stream}};
+    queue_depth_.Add(labels).Set(static_cast<double>(s.depth));
+    queue_in_flight_.Add(labels).Set(static_cast<double>(s.in_flight));
+    queue_oldest_.Add(labels).Set(s.oldest_queued_seconds);
+    now.insert(s.stream);
+  }
+  // A stream that went away (a Redis that lost its data) leaves the gauges.
+  for (const std::string& gone : streams_) {
+    if (now.contains(gone)) continue;
+    const prometheus::Labels labels{{"stream", gone}};
+    queue_depth_.Remove(&queue_depth_.Add(labels));
+    queue_in_flight_.Remove(&queue_in_flight_.Add(labels));
+    queue_oldest_.Remove(&queue_oldest_.Add(labels));
+  }
+  streams_ = std::move(now);
+}
+
+void CoordinatorMetrics::SetWorkers(const std::vector<v1::WorkerStatus>& workers) {
+  int64_t slots = 0, busy = 0;
+  for (const auto& w : workers) {
+    slots += w.slots();
+    busy += w.busy();
+  }
+  workers_.Set(static_cast<double>(workers.size()));
+  worker_slots_.Add({{"state", "total"}}).Set(static_cast<double>(slots));
+  worker_slots_.Add({{"state", "busy"}}).Set(static_cast<double>(busy));
+}
+
+void CoordinatorMetrics::SetDataLosses(int64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (total > data_losses_seen_) data_losses_.Increment(static_cast<double>(total - data_losses_seen_));
+  data_losses_seen_ = std::max(data_losses_seen_, total);
+}
+
+MetricsSampler::MetricsSampler(Store& store, WorkQueue& queue, CoordinatorMetrics& metrics, Logger log,
+                               double interval_seconds)
+    : store_(store), queue_(queue), metrics_(metrics), log_(std::move(log)), interval_seconds_(interval_seconds) {}
+
+MetricsSampler::~MetricsSampler() { Stop(); }
+
+void MetricsSampler::Start() {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      lock.unlock();
+      SampleOnce();
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::duration<double>(interval_seconds_), [this] { return stopping_; });
+    }
+  });
+}
+
+void MetricsSampler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void MetricsSampler::SampleOnce() {
+  absl::Status failed;
+  if (auto counts = store_.CountJobsByState(); counts.ok()) {
+    metrics_.SetJobCounts(*counts);
+  } else {
+    failed = counts.status();
+  }
+  if (auto stats = queue_.Stats(); stats.ok()) {
+    metrics_.SetQueueStats(*stats);
+  } else {
+    failed = stats.status();
+  }
+  if (auto workers = queue_.ListWorkers(); workers.ok()) {
+    metrics_.SetWorkers(*workers);
+  } else {
+    failed = workers.status();
+  }
+  metrics_.SetDataLosses(queue_.DataLosses());
+  if (!failed.ok() && !failing_) log_->warn("metrics sample failed: {}", failed.message());
+  if (failed.ok() && failing_) log_->info("metrics sample works again");
+  failing_ = !failed.ok();
+}
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,182 @@
+// The metric objects on their own: what the coordinator's gauges hold and drop, what the store
+// decorator counts as a failure, and the process collector's series (rendered in Prometheus' text
+// format, as a scrape sees them).
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/process_metrics.h"
+#include "common/queue/memory_queue.h"
+#include "common/store/memory_store.h"
+#include "common/store/metered_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "services/coordinator/coordinator_metrics.h"
+
+namespace kforge {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Scrape(prometheus::Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
+v1::Job RunningJob(const std::string& id) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.mutable_spec()->set_tenant("acme");
+  job.mutable_spec()->mutable_budget()->set_max_candidates(50);
+  job.mutable_progress()->set_evaluations(7);
+  job.mutable_progress()->set_best_speedup(1.5);
+  return job;
+}
+
+TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
+  prometheus::Registry registry;
+  coordinator::CoordinatorMetrics m(registry);
+  m.JobStarted(RunningJob("job-a"), 1000);
+  std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 7"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_budget_evaluations{job_id=\"job-a\"} 50"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 1.5"));
+  m.RecordEvaluation(v1::BACKEND_OPENCL, v1::OUTCOME_WRONG_ANSWER);
+  m.JobProgress("job-a", 8, 2.25, 1010);
+  text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 8"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 2.25"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_last_result_timestamp_seconds{job_id=\"job-a\"} 1010"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_evaluations_total{backend=\"opencl\",outcome=\"wrong_answer\"} 1"));
+  m.JobEnded("job-a");
+  m.JobProgress("job-a", 9, 3, 1020);  // a late call after the end brings nothing back
+  EXPECT_THAT(Scrape(registry), Not(HasSubstr("job-a")));
+}
+
+TEST(CoordinatorMetricsTest, FleetGaugesComeFromTheStoreAndTheQueue) {
+  prometheus::Registry registry;
+  coordinator::CoordinatorMetrics m(registry);
+  std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_jobs{state=\"queued\"} 0")) << "every state is exported";
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_jobs{state=\"interrupted\"} 0"));
+
+  MemoryStore store;
+  FakeClock clock;
+  MemoryWorkQueue queue(clock, 30);
+  ASSERT_TRUE(store.CreateJob(RunningJob("j1")).ok());
+  v1::EvaluationRequest req;
+  req.set_job_id("j1");
+  req.mutable_candidate()->set_id("c1");
+  ASSERT_TRUE(queue.Enqueue("opencl", req).ok());
+  v1::WorkerStatus w;
+  w.set_worker_id("w1");
+  w.set_slots(4);
+  w.set_busy(1);
+  ASSERT_TRUE(queue.Heartbeat(w).ok());
+  clock.Advance(3);
+  coordinator::MetricsSampler sampler(store, queue, m, MakeLogger("metrics-test", spdlog::level::off));
+  sampler.SampleOnce();
+  text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_jobs{state=\"running\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_queue_depth{stream=\"opencl\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_queue_oldest_pending_age_seconds{stream=\"opencl\"} 3"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_workers 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_worker_slots{state=\"total\"} 4"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_worker_slots{state=\"busy\"} 1"));
+
+  // A stream the queue no longer has leaves the gauges.
+  m.SetQueueStats({});
+  EXPECT_THAT(Scrape(registry), Not(HasSubstr("stream=\"opencl\"")));
+  // Data losses count up by what the queue reports, never down.
+  m.SetDataLosses(2);
+  m.SetDataLosses(1);
+  EXPECT_THAT(Scrape(registry), HasSubstr("kforge_coordinator_queue_data_losses_total 2"));
+}
+
+TEST(MeteredStoreTest, TimesEveryCallAndCountsOnlyFailures) {
+  prometheus::Registry registry;
+  MemoryStore inner;
+  MeteredStore store(inner, registry);
+  ASSERT_TRUE(store.CreateJob(RunningJob("j1")).ok());
+  EXPECT_EQ(store.GetJob("nope").status().code(), absl::StatusCode::kNotFound);  // an answer, not a failure
+  EXPECT_EQ(store.CreateJob(RunningJob("j1")).status().code(), absl::StatusCode::kAlreadyExists);
+  std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_store_operation_duration_seconds_count{operation=\"create_job\"} 2"));
+  EXPECT_THAT(text, HasSubstr("kforge_store_operation_duration_seconds_count{operation=\"get_job\"} 1"));
+  EXPECT_THAT(text, Not(HasSubstr("kforge_store_errors_total{")));
+}
+
+// A store whose every call fails as an unreachable database would.
+class DownStore final : public Store {
+ public:
+  absl::StatusOr<v1::Job> CreateJob(const v1::Job&) override { return Down(); }
+  absl::StatusOr<v1::Job> GetJob(const std::string&) override { return Down(); }
+  absl::StatusOr<int64_t> UpdateJob(const v1::Job&, int64_t) override { return Down(); }
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery&) override { return Down(); }
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() override { return Down(); }
+  absl::StatusOr<JobLease> ClaimJob(const std::string&, const std::string&, double) override { return Down(); }
+  absl::Status RenewJobLease(const std::string&, const JobLease&, double) override { return Down(); }
+  absl::Status ReleaseJob(const std::string&, const JobLease&) override { return Down(); }
+  absl::StatusOr<bool> InsertCandidate(const v1::Candidate&, int64_t) override { return Down(); }
+  absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string&) override { return Down(); }
+  absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(const std::string&, const std::vector<v1::EvaluationResult>&,
+                                                         int64_t) override {
+    return Down();
+  }
+  absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string&) override { return Down(); }
+  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent, int64_t) override { return Down(); }
+  absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string&, int64_t, int) override { return Down(); }
+  absl::StatusOr<int64_t> AppendModelCall(v1::ModelCall, int64_t) override { return Down(); }
+  absl::StatusOr<std::vector<v1::ModelCall>> ListModelCalls(const std::string&, int64_t, int) override {
+    return Down();
+  }
+  absl::Status CreateTenant(const v1::Tenant&) override { return Down(); }
+  absl::StatusOr<v1::Tenant> GetTenant(const std::string&) override { return Down(); }
+  absl::Status UpdateTenant(const v1::Tenant&) override { return Down(); }
+  absl::StatusOr<std::vector<v1::Tenant>> ListTenants() override { return Down(); }
+  absl::Status CreateApiKey(const v1::ApiKey&) override { return Down(); }
+  absl::StatusOr<v1::ApiKey> FindApiKey(const std::string&) override { return Down(); }
+  absl::StatusOr<std::vector<v1::ApiKey>> ListApiKeys(const std::string&) override { return Down(); }
+  absl::Status RevokeApiKey(const std::string&) override { return Down(); }
+
+ private:
+  static absl::Status Down() { return absl::UnavailableError("database unreachable"); }
+};
+
+TEST(MeteredStoreTest, AnUnreachableStoreCountsErrorsByOperationAndCode) {
+  prometheus::Registry registry;
+  DownStore inner;
+  MeteredStore store(inner, registry);
+  EXPECT_FALSE(store.PutEvaluations("j1", {}, kNoFence).ok());
+  EXPECT_FALSE(store.PutEvaluations("j1", {}, kNoFence).ok());
+  EXPECT_FALSE(store.RenewJobLease("j1", {}, 30).ok());
+  const std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_store_errors_total{code=\"unavailable\",operation=\"put_evaluations\"} 2"));
+  EXPECT_THAT(text, HasSubstr("kforge_store_errors_total{code=\"unavailable\",operation=\"renew_job_lease\"} 1"));
+}
+
+TEST(ProcessCollectorTest, ExportsTheStandardProcessSeries) {
+  ProcessCollector collector;
+  const std::string text = prometheus::TextSerializer().Serialize(collector.Collect());
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                           "process_open_fds", "process_max_fds", "process_start_time_seconds", "process_threads"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("\n", name, " "))) << text;
+  }
+  // This process has stdin, stdout and stderr open, uses memory and started after 2020.
+  for (auto& family : collector.Collect()) {
+    const double v = family.metric.at(0).gauge.value + family.metric.at(0).counter.value;
+    if (family.name == "process_open_fds") EXPECT_GE(v, 3);
+    if (family.name == "process_resident_memory_bytes") EXPECT_GT(v, 1 << 20);
+    if (family.name == "process_start_time_seconds") EXPECT_GT(v, 1.5e9);
+    if (family.name == "process_threads") EXPECT_GE(v, 1);
+  }
+}
+
+}  // namespace
+}  // namespace kforge
