@@ -7,6 +7,7 @@
 #include "cli/admin_command.h"
 #include "cli/client_commands.h"
 #include "cli/eval_command.h"
+#include "cli/health_command.h"
 #include "cli/run_command.h"
 #include "cli/validate_command.h"
 #include "common/host_memory.h"
@@ -83,6 +84,13 @@ int main(int argc, char** argv) {
   run->add_option("--queue", run_args.queue,
                   "work queue: redis://host:port[/db] for Redis Streams (default: in-process)");
 
+  kforge::cli::HealthArgs health_args;
+  auto* health = app.add_subcommand("health", "ask a kforge service whether it serves (gRPC health check)");
+  health->add_option("--server", health_args.server, "the service's gRPC host:port (default 127.0.0.1:7070)");
+  health->add_option("--service", health_args.service, "one service's name (default: the server as a whole)");
+  health->add_option("--timeout", health_args.timeout_seconds, "seconds to wait for the answer (default 3)")
+      ->check(CLI::PositiveNumber);
+
   kforge::cli::ClientCommands client_commands;
   client_commands.Register(app);
   kforge::cli::AdminCommands admin_commands;
@@ -97,6 +105,7 @@ int main(int argc, char** argv) {
   if (*validate) return Validate(validate_dir);
   if (*eval) return kforge::cli::RunEval(eval_args);
   if (*run) return kforge::cli::RunJob(run_args);
+  if (*health) return kforge::cli::HealthCommand(health_args);
   if (auto rc = client_commands.Run()) return *rc;
   if (auto rc = admin_commands.Run()) return *rc;
   return 2;
