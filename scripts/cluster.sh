@@ -6,6 +6,11 @@
 #   scripts/cluster.sh start [DIR]    # DIR default: ./kforge-cluster; WORKERS=N (default 2)
 #   scripts/cluster.sh stop [DIR]
 #
+# Also a Prometheus (Debian's package) scraping every service every SCRAPE_INTERVAL (default 5s)
+# with kforge's alert rules (deploy/prometheus/alerts.yml); PROMETHEUS=0 leaves it out. The proxy
+# asks models for mutations when PROVIDERS names an LLM config file (see README: model mutations),
+# for a share LLM_PROBABILITY (default 0.8) of them.
+#
 # PostgreSQL refuses to run as root: as root the database runs as the user 'nobody'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +19,9 @@ BUILD_DIR=${BUILD_DIR:-build}
 ACTION=${1:-start}
 DIR=$(realpath -m "${2:-kforge-cluster}")
 WORKERS=${WORKERS:-2}
+PROMETHEUS=${PROMETHEUS:-1}
+SCRAPE_INTERVAL=${SCRAPE_INTERVAL:-5s}
+PROVIDERS=${PROVIDERS:-}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 as_db_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$@"; else "$@"; fi; }
@@ -74,6 +82,8 @@ EOF
 cat >"$DIR/proxy.yaml" <<EOF
 server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:0"}
 EOF
+[ -n "$PROVIDERS" ] &&
+  echo "llm: {providers_file: \"$(realpath "$PROVIDERS")\", probability: ${LLM_PROBABILITY:-0.8}}" >>"$DIR/proxy.yaml"
 "$BUILD_DIR/services/llm-proxy/kforge-llm-proxy" --config "$DIR/proxy.yaml" >"$DIR/logs/proxy.log" 2>&1 &
 echo $! >"$DIR/proxy.pid"
 "$BUILD_DIR/services/coordinator/kforge-coordinator" --config "$DIR/coordinator.yaml" >"$DIR/logs/coordinator.log" 2>&1 &
@@ -92,9 +102,45 @@ done
 "$BUILD_DIR/cli/kforge" admin tenant-create demo --db "$DB" >/dev/null 2>&1 || true
 TOKEN=$("$BUILD_DIR/cli/kforge" admin key-create demo --name cluster-script --db "$DB" 2>/dev/null)
 umask 077; echo "$TOKEN" >"$DIR/token"
-for _ in $(seq 100); do grep -q "^listening" "$DIR/logs/coordinator.log" && break; sleep 0.1; done
+# Each service prints "listening grpc=P metrics=M" once it serves.
+metrics_port() {
+  for _ in $(seq 300); do
+    local line
+    line=$(grep -m1 "^listening" "$DIR/logs/$1.log" 2>/dev/null || true)
+    [ -n "$line" ] && { echo "${line##*metrics=}"; return 0; }
+    sleep 0.1
+  done
+  echo "cluster: $1 did not start (see $DIR/logs/$1.log)" >&2
+  return 1
+}
+COORD_METRICS=$(metrics_port coordinator)
+PROXY_METRICS=$(metrics_port proxy)
+WORKER_TARGETS=""
+for i in $(seq 0 $((WORKERS - 1))); do
+  WORKER_TARGETS="$WORKER_TARGETS${WORKER_TARGETS:+, }\"127.0.0.1:$(metrics_port "worker$i")\""
+done
+if [ "$PROMETHEUS" = 1 ] && command -v prometheus >/dev/null; then
+  PROM_PORT=$(free_port)
+  cp "$ROOT/deploy/prometheus/alerts.yml" "$DIR/alerts.yml"
+  cat >"$DIR/prometheus.yml" <<EOF
+global: {scrape_interval: $SCRAPE_INTERVAL, evaluation_interval: $SCRAPE_INTERVAL}
+rule_files: [alerts.yml]
+scrape_configs:
+  - job_name: kforge-coordinator
+    static_configs: [{targets: ["127.0.0.1:$COORD_METRICS"]}]
+  - job_name: kforge-llm-proxy
+    static_configs: [{targets: ["127.0.0.1:$PROXY_METRICS"]}]
+  - job_name: kforge-worker
+    static_configs: [{targets: [$WORKER_TARGETS]}]
+EOF
+  prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/prometheus" \
+    --web.listen-address="127.0.0.1:$PROM_PORT" >"$DIR/logs/prometheus.log" 2>&1 </dev/null &
+  echo $! >"$DIR/prometheus.pid"
+  echo "$PROM_PORT" >"$DIR/prometheus.port"
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 cat <<EOF
-kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers)
+kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers${PROM_PORT:+, Prometheus http://127.0.0.1:$PROM_PORT})
   export KFORGE_SERVER=127.0.0.1:$COORD_PORT KFORGE_TOKEN=\$(cat $DIR/token)
   $BUILD_DIR/cli/kforge submit examples/opencl/matmul --budget 20 --watch
   $0 stop $DIR

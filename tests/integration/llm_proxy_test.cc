@@ -20,6 +20,7 @@
 #include "tests/testutil/scripted_http_server.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
+#include "tests/testutil/vadd_problem.h"
 
 namespace kforge::llm {
 namespace {
@@ -178,11 +179,7 @@ TEST(ProviderTest, ClientErrorsAreNotRetried) {
 
 // --- The mutator over a real problem.
 
-constexpr char kSeed[] =
-    "__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {\n"
-    "  int i = get_global_id(0);\n"
-    "  if (i < n) c[i] = a[i] + b[i];\n"
-    "}\n";
+constexpr const char* kSeed = testing::kVaddSeed;
 
 class LlmMutatorTest : public ::testing::Test {
  protected:
@@ -390,14 +387,7 @@ TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
       "}\n";
   for (int i = 0; i < 8; ++i) server.Push({200, {}, OpenAiReply("```c\n" + rewrite + "```\n")});
   testing::TempDir dir;
-  dir.Write("p/problem.yaml",
-            "name: vadd\nbackend: opencl\nsizes: {N: 4096}\n"
-            "buffers:\n  a: {dtype: f32, shape: [N], role: in}\n  b: {dtype: f32, shape: [N], role: in}\n"
-            "  c: {dtype: f32, shape: [N], role: out}\n"
-            "reference:\n  source: seed.cl\n  launches: [{kernel: add, global: [N], local: [64], args: [a, b, c, N]}]\n"
-            "seed:\n  source: seed.cl\n  params: {WG: [32, 64, 128]}\n"
-            "  launches: [{kernel: add, global: [N], local: [WG], args: [a, b, c, N]}]\n");
-  dir.Write("p/seed.cl", kSeed);
+  testing::WriteVaddProblem(dir, "p");
   const std::string cfg = dir.Write("llm.yaml", "probability: 1.0\nproviders:\n  - {kind: openai, base_url: \"" +
                                                     server.url() + "/v1\", model: scripted, timeout_seconds: 5}\n");
   auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",

@@ -1,0 +1,193 @@
+// The dashboards and alerts against the real thing: scripts/cluster.sh starts PostgreSQL, Redis,
+// the coordinator, the llm-proxy (its model a scripted OpenAI-compatible server on loopback) and
+// a worker, with a real Prometheus scraping every service. While a job runs, every expression of
+// every Grafana dashboard panel and every alert rule (tests/deploy/dashboard_queries.py lists
+// them) goes through Prometheus' HTTP API: each parses, each panel returns data, and no alert
+// condition holds in this healthy cluster.
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testutil/background_process.h"
+#include "tests/testutil/postgres_server.h"
+#include "tests/testutil/redis_server.h"
+#include "tests/testutil/scripted_http_server.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/temp_dir.h"
+#include "tests/testutil/vadd_problem.h"
+
+namespace kforge::testing {
+namespace {
+
+std::string UrlEncode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// One instant query; the parsed reply (status "error" with the reason when it does not parse).
+nlohmann::json Query(int port, const std::string& promql) {
+  int status = 0;
+  const std::string body = HttpGet(port, "/api/v1/query?query=" + UrlEncode(promql), &status);
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded()) return {{"status", "error"}, {"error", absl::StrCat("HTTP ", status, ": ", body)}};
+  return j;
+}
+
+double FirstValue(const nlohmann::json& reply) {
+  if (reply.value("status", "") != "success" || reply["data"]["result"].empty()) return -1;
+  return std::stod(reply["data"]["result"][0]["value"][1].get<std::string>());
+}
+
+// Polls until the query's first value reaches `at_least`.
+bool WaitFor(int port, const std::string& promql, double at_least, double timeout_seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (FirstValue(Query(port, promql)) >= at_least) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  return false;
+}
+
+class ObservabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (PostgresServer::BinDir().empty()) GTEST_SKIP() << "PostgreSQL is not installed";
+    if (!RedisServer::Available()) GTEST_SKIP() << "redis-server is not installed";
+    if (!std::filesystem::exists("/usr/bin/prometheus")) GTEST_SKIP() << "prometheus is not installed";
+    cluster_dir_ = dir_.path() + "/cluster";
+    // PostgreSQL runs as 'nobody' when the tests run as root: it must reach its folder.
+    std::filesystem::permissions(dir_.path(), std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
+                                 std::filesystem::perm_options::add);
+  }
+  void TearDown() override {
+    if (!cluster_dir_.empty() && std::filesystem::exists(cluster_dir_)) {
+      RunProgram(SourceDir() + "/scripts/cluster.sh", {"stop", cluster_dir_});
+    }
+  }
+  std::string Log(const std::string& name) { return dir_.Read("cluster/logs/" + name + ".log"); }
+
+  TempDir dir_;
+  std::string cluster_dir_;
+};
+
+TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns) {
+  // The model rewrites the kernel with a new variable name each time: every reply is a new candidate,
+  // so the job runs until it is cancelled.
+  ScriptedHttpServer model;
+  for (int i = 0; i < 400; ++i) {
+    const std::string reply = absl::StrCat(
+        "Here it is:\n```c\n__kernel void add(__global const float* a, __global const float* b, __global float* c, "
+        "int n) {\n  int i = get_global_id(0);\n  if (i < n) {\n    float v", i, " = a[i];\n    c[i] = v", i,
+        " + b[i];\n  }\n}\n```\n");
+    model.Push({200, {},
+                nlohmann::json{{"choices", {{{"message", {{"role", "assistant"}, {"content", reply}}}}}},
+                               {"usage", {{"prompt_tokens", 120}, {"completion_tokens", 60}}}}
+                    .dump()});
+  }
+  const std::string providers =
+      dir_.Write("llm.yaml", absl::StrCat("providers:\n  - {name: scripted, kind: openai, base_url: \"",
+                                          model.url(), "/v1\", model: scripted-1, timeout_seconds: 10, "
+                                          "input_usd_per_mtok: 1, output_usd_per_mtok: 2}\n"));
+  const std::string problem = WriteVaddProblem(dir_, "p");
+
+  RunResult up = RunProgram(SourceDir() + "/scripts/cluster.sh", {"start", cluster_dir_},
+                            {"BUILD_DIR=" + BinaryDir(), "WORKERS=1", "SCRAPE_INTERVAL=1s", "PROVIDERS=" + providers,
+                             "LLM_PROBABILITY=1"});
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  const int prom = std::stoi(std::string(absl::StripAsciiWhitespace(dir_.Read("cluster/prometheus.port"))));
+  // The script prints "export KFORGE_SERVER=host:port KFORGE_TOKEN=...".
+  const size_t at = up.out.find("KFORGE_SERVER=");
+  ASSERT_NE(at, std::string::npos) << up.out;
+  const std::string server = up.out.substr(at + 14, up.out.find(' ', at) - at - 14);
+  const std::vector<std::string> env = {
+      "KFORGE_SERVER=" + server,
+      "KFORGE_TOKEN=" + std::string(absl::StripAsciiWhitespace(dir_.Read("cluster/token")))};
+
+  RunResult submit = RunProgram(BinaryDir() + "/cli/kforge", {"submit", problem, "--budget", "400"}, env);
+  ASSERT_EQ(submit.exit_code, 0) << submit.out << submit.err;
+  const std::vector<std::string> lines = absl::StrSplit(absl::StripAsciiWhitespace(submit.out), '\n');
+  const std::string job_id = lines.back();
+  ASSERT_EQ(job_id.rfind("job-", 0), 0u) << submit.out;
+
+  // Every service is scraped, the job's gauges and the model's counters have samples, and the
+  // rate windows of the panels have at least two points.
+  for (const char* service : {"kforge-coordinator", "kforge-llm-proxy", "kforge-worker"}) {
+    EXPECT_TRUE(WaitFor(prom, absl::StrCat("up{job=\"", service, "\"}"), 1, 30))
+        << service << " is not scraped\n" << Log("prometheus");
+  }
+  ASSERT_TRUE(WaitFor(prom, absl::StrCat("kforge_coordinator_job_evaluations{job_id=\"", job_id, "\"}"), 6, 120))
+      << "the job made no progress\n" << Log("coordinator") << Log("proxy") << Log("worker0");
+  ASSERT_TRUE(WaitFor(prom, "sum(kforge_llm_proxy_model_requests_total)", 3, 60)) << Log("proxy");
+  ASSERT_TRUE(WaitFor(prom, "sum(kforge_worker_evaluations_total)", 3, 30)) << Log("worker0");
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+
+  // Every metric the dashboards and alerts may use is exported (a panel's `or vector(0)` would
+  // hide a name that no service exports); only the store's error counter waits for an error.
+  std::vector<std::string> missing;
+  std::ifstream names_file(SourceDir() + "/deploy/prometheus/metric-names.txt");
+  const std::string names((std::istreambuf_iterator<char>(names_file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(names.empty());
+  for (absl::string_view name : absl::StrSplit(names, '\n', absl::SkipEmpty())) {
+    name = absl::StripAsciiWhitespace(name);
+    if (name.empty() || name[0] == '#' || name == "kforge_store_errors_total") continue;
+    const nlohmann::json r = Query(prom, absl::StrCat("count({__name__=~\"", name, "(_bucket)?\"})"));
+    if (FirstValue(r) <= 0) missing.emplace_back(name);
+  }
+  EXPECT_TRUE(missing.empty()) << "not exported: " << absl::StrJoin(missing, ", ");
+
+  RunResult listed =
+      RunProgram("/usr/bin/env", {"python3", SourceDir() + "/tests/deploy/dashboard_queries.py", job_id, "--root", SourceDir()});
+  ASSERT_EQ(listed.exit_code, 0) << listed.out << listed.err;
+  int panels = 0, alerts = 0;
+  std::vector<std::string> empty;
+  for (absl::string_view line : absl::StrSplit(listed.out, '\n', absl::SkipEmpty())) {
+    auto q = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(q.is_discarded()) << line;
+    const std::string source = q["source"], expr = q["expr"], kind = q["kind"];
+    nlohmann::json reply = Query(prom, expr);
+    EXPECT_EQ(reply.value("status", ""), "success") << source << ": " << expr << "\n" << reply.dump();
+    if (reply.value("status", "") != "success") continue;
+    const bool has_data = !reply["data"]["result"].empty();
+    if (kind == "panel") {
+      ++panels;
+      if (!has_data) empty.push_back(absl::StrCat(source, ": ", expr));
+    } else {
+      ++alerts;
+      EXPECT_FALSE(has_data) << "alert condition holds in a healthy cluster: " << source << ": " << expr << "\n"
+                             << reply.dump();
+    }
+  }
+  EXPECT_GE(panels, 40) << listed.out;
+  EXPECT_GE(alerts, 7) << listed.out;
+  EXPECT_TRUE(empty.empty()) << "panels without data:\n" << absl::StrJoin(empty, "\n");
+  // The job was still running while the panels were queried (its panels need it).
+  RunResult status = RunProgram(BinaryDir() + "/cli/kforge", {"status", job_id}, env);
+  EXPECT_NE(status.out.find("running"), std::string::npos) << status.out << status.err;
+  RunResult cancel = RunProgram(BinaryDir() + "/cli/kforge", {"cancel", job_id}, env);
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.out << cancel.err;
+  // A cancelled job leaves the per-job series.
+  EXPECT_TRUE(WaitFor(prom, absl::StrCat("absent(kforge_coordinator_job_evaluations{job_id=\"", job_id, "\"})"), 1, 30));
+}
+
+}  // namespace
+}  // namespace kforge::testing
