@@ -79,8 +79,8 @@ int main(int argc, char** argv) {
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
   run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");
   run->add_option("--llm-proxy", run_args.llm_proxy, "host:port of a kforge-llm-proxy to ask for mutations");
-  run->add_option("--max-llm-tokens", run_args.max_llm_tokens, "stop mutating by model after this many tokens");
-  run->add_option("--max-llm-cost", run_args.max_llm_cost, "stop mutating by model after this cost in USD");
+  run->add_option("--max-llm-tokens", run_args.max_llm_tokens, "model calls stop (the parametric mutator goes on) before this many tokens");
+  run->add_option("--max-llm-cost", run_args.max_llm_cost, "model calls stop (the parametric mutator goes on) before this cost in USD");
   run->add_option("--queue", run_args.queue,
                   "work queue: redis://host:port[/db] for Redis Streams (default: in-process)");
 

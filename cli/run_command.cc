@@ -26,6 +26,7 @@
 #include "common/store/open_store.h"
 #include "common/store/postgres_store.h"
 #include "common/store/sqlite_store.h"
+#include "services/coordinator/fallback_mutator.h"
 #include "services/coordinator/job_runner.h"
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/queue_worker.h"
@@ -114,7 +115,7 @@ int RunJob(const RunArgs& args) {
   // Replay problems know which configurations exist: the mutator proposes only those.
   absl::StatusOr<ValidityFn> validity = ReplayValidity(*problem);
   if (!validity.ok()) return BadInput(std::string(validity.status().message()));
-  llm::ParametricMutator parametric({}, *validity);
+  auto parametric = std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, *validity);
   // With --llm, a mix: the model writes mutations with the configured probability, the knob
   // tuner the rest (and whenever the model fails).
   std::unique_ptr<llm::CurlHttpClient> http;
@@ -135,12 +136,16 @@ int RunJob(const RunArgs& args) {
     mutator_line = absl::StrFormat("mutator: llm (%s) for %.0f%% of mutations, parametric for the rest",
                                    model.provider_names, 100 * llm_probability);
   }
-  llm::MixedMutator mixed(parametric, model.mutator.get(), llm_probability);
-  std::unique_ptr<llm::RemoteMutator> remote;
+  llm::MixedMutator mixed(*parametric, model.mutator.get(), llm_probability);
+  // A remote proxy that fails (down, unreachable, erring) is replaced by the parametric mutator
+  // until it answers again: the job goes on.
+  std::unique_ptr<coordinator::FallbackMutator> remote;
   if (!args.llm_proxy.empty()) {
     if (!args.llm_config.empty()) return BadInput("give --llm or --llm-proxy, not both");
-    remote = std::make_unique<llm::RemoteMutator>(
-        grpc::CreateChannel(args.llm_proxy, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/600);
+    remote = std::make_unique<coordinator::FallbackMutator>(
+        std::make_shared<llm::RemoteMutator>(
+            grpc::CreateChannel(args.llm_proxy, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/600),
+        parametric, absl::StrCat("kforge-llm-proxy at ", args.llm_proxy), BreakerOptions{}, clock, log);
     mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
   }
   Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);

@@ -143,6 +143,27 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
   }
   std::set<std::string> seen;
   for (const auto& c : cands) seen.insert(c.content_hash());
+  // The model totals are the sum of the job's model-call records, each written with its call: a
+  // crash between a call and the next checkpoint loses or double-counts nothing.
+  {
+    int64_t tokens = 0;
+    double cost = 0;
+    for (int64_t from = 1;;) {
+      KF_ASSIGN_OR_RETURN(std::vector<v1::ModelCall> calls, store_.ListModelCalls(job_id, from, 1000));
+      for (const auto& c : calls) {
+        tokens += c.usage().input_tokens() + c.usage().output_tokens();
+        cost += c.usage().cost_usd();
+        from = c.sequence() + 1;
+      }
+      if (calls.size() < 1000) break;
+    }
+    job.mutable_progress()->set_llm_tokens(tokens);
+    job.mutable_progress()->set_llm_cost_usd(cost);
+  }
+  // The most recent failed evaluations (not the worker's faults), for the model's prompt.
+  constexpr size_t kRecentFailures = 3;
+  std::deque<std::pair<v1::Candidate, v1::EvaluationResult>> failures;
+  v1::DeviceInfo device;  // the device of the latest result
   size_t ingested = 0;
   std::map<std::string, int64_t> counts;
   const double resumed_elapsed = job.progress().elapsed_seconds();
@@ -188,6 +209,11 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
       const double before = engine.best() ? engine.best()->fitness : 0;
       engine.Ingest(c, r);
       screener.Record(c, r);
+      if (!r.device().name().empty()) device = r.device();
+      if (r.outcome() != v1::OUTCOME_OK && r.outcome() != v1::OUTCOME_INFRA_ERROR) {
+        failures.emplace_back(c, r);
+        if (failures.size() > kRecentFailures) failures.pop_front();
+      }
       ++ingested;
       ++counts[std::string(OutcomeName(r.outcome()))];
       const bool improved = engine.best() != nullptr && engine.best()->fitness > before;
@@ -304,6 +330,20 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
     return absl::OkStatus();
   };
 
+  // Whether the job's model budget is spent (said once in the event log when it first is).
+  bool said_model_budget = false;
+  auto model_budget_spent = [&]() {
+    const bool spent =
+        (budget.max_llm_tokens() > 0 && job.progress().llm_tokens() >= budget.max_llm_tokens()) ||
+        (budget.max_llm_cost_usd() > 0 && job.progress().llm_cost_usd() >= budget.max_llm_cost_usd());
+    if (spent && !said_model_budget) {
+      said_model_budget = true;
+      log_->info("job={} model budget spent tokens={} cost_usd={:.4f}: parametric mutations from here", job_id,
+                 job.progress().llm_tokens(), job.progress().llm_cost_usd());
+    }
+    return spent;
+  };
+
   auto propose = [&]() -> absl::Status {
     const int64_t seq = static_cast<int64_t>(cands.size());
     v1::Candidate child;
@@ -343,6 +383,32 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
         *p->mutable_candidate() = m->candidate;
         *p->mutable_result() = m->result;
       }
+      // What went wrong lately (newest first), each with the parent it came from, so the model
+      // sees the change that failed.
+      for (auto it = failures.rbegin(); it != failures.rend(); ++it) {
+        auto* f = req.add_recent_failures();
+        *f->mutable_candidate() = it->first;
+        *f->mutable_result() = it->second;
+        if (it->first.parent_ids_size() > 0) {
+          for (const auto& p : cands) {
+            if (p.id() == it->first.parent_ids(0)) {
+              f->set_parent_source(p.source());
+              break;
+            }
+          }
+        }
+      }
+      if (!device.name().empty()) *req.mutable_target_device() = device;
+      // The model budget: once spent, the knob tuner carries on alone; until then, a call that
+      // could cross it is not made (the proxy checks its worst case against what is left).
+      if (model_budget_spent()) {
+        req.set_preferred(v1::MUTATOR_KIND_PARAMETRIC);
+      } else {
+        if (budget.max_llm_tokens() > 0) req.set_llm_tokens_left(budget.max_llm_tokens() - job.progress().llm_tokens());
+        if (budget.max_llm_cost_usd() > 0) {
+          req.set_llm_cost_usd_left(budget.max_llm_cost_usd() - job.progress().llm_cost_usd());
+        }
+      }
       KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
                           mutator_.Mutate(req, [&](const std::string& h) { return seen.contains(h); }));
       KF_RETURN_IF_ERROR(record_model_calls(seq, resp));
@@ -381,12 +447,6 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
     if (budget.max_wall_seconds() > 0 && elapsed() >= budget.max_wall_seconds()) return "budget: max_wall_seconds";
     if (budget.target_speedup() > 0 && engine.best() && engine.best()->fitness >= budget.target_speedup()) {
       return "target speedup reached";
-    }
-    if (budget.max_llm_tokens() > 0 && job.progress().llm_tokens() >= budget.max_llm_tokens()) {
-      return "budget: max_llm_tokens";
-    }
-    if (budget.max_llm_cost_usd() > 0 && job.progress().llm_cost_usd() >= budget.max_llm_cost_usd()) {
-      return "budget: max_llm_cost_usd";
     }
     if (budget.patience() > 0 && engine.since_improvement() >= budget.patience()) {
       return absl::StrCat("patience: no improvement in ", budget.patience(), " evaluations");

@@ -26,6 +26,7 @@
 #include "services/coordinator/auth.h"
 #include "services/coordinator/coordinator_config.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/fallback_mutator.h"
 #include "services/coordinator/coordinator_service.h"
 #include "services/coordinator/job_api.h"
 #include "services/coordinator/job_manager.h"
@@ -89,9 +90,17 @@ int main(int argc, char** argv) {
 
   coordinator::MutatorFactory mutators = InProcessMutator;
   if (!opts.llm_proxy_address.empty()) {
+    // The proxy for every job; when it fails, the job's in-process parametric mutator answers
+    // until it is back (a breaker per job).
     auto remote = std::make_shared<llm::RemoteMutator>(
         grpc::CreateChannel(opts.llm_proxy_address, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/120);
-    mutators = [remote](const v1::Problem&) -> absl::StatusOr<std::shared_ptr<Mutator>> { return remote; };
+    mutators = [remote, &clock, log, address = opts.llm_proxy_address](
+                   const v1::Problem& problem) -> absl::StatusOr<std::shared_ptr<Mutator>> {
+      absl::StatusOr<std::shared_ptr<Mutator>> local = InProcessMutator(problem);
+      if (!local.ok()) return local.status();
+      return std::make_shared<coordinator::FallbackMutator>(remote, *local, absl::StrCat("kforge-llm-proxy at ", address),
+                                                            BreakerOptions{}, clock, log);
+    };
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);

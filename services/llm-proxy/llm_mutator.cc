@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/hash.h"
 #include "common/problem_loader.h"
 #include "common/status_macros.h"
@@ -134,8 +135,44 @@ absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
 }
 
 LlmMutator::LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log,
-                       ProxyMetrics* metrics)
-    : providers_(std::move(providers)), cache_(cache), log_(std::move(log)), metrics_(metrics) {}
+                       ProxyMetrics* metrics, Clock* clock, BreakerOptions breaker)
+    : providers_(std::move(providers)),
+      cache_(cache),
+      log_(std::move(log)),
+      metrics_(metrics),
+      clock_(clock != nullptr ? *clock : own_clock_) {
+  for (const auto& p : providers_) {
+    breakers_.push_back(std::make_unique<CircuitBreaker>(breaker, clock_));
+    if (metrics_ != nullptr) metrics_->SetBreakerOpen(p->config().name, p->config().model, false);
+  }
+}
+
+std::optional<std::string> LlmMutator::OverAllowance(const Provider& provider, const Prompt& prompt,
+                                                     const v1::MutateRequest& req,
+                                                     const v1::MutateResponse& spent) const {
+  if (req.llm_tokens_left() <= 0 && req.llm_cost_usd_left() <= 0) return std::nullopt;
+  int64_t spent_tokens = 0;
+  double spent_cost = 0;
+  for (const auto& u : spent.usage()) {
+    spent_tokens += u.input_tokens() + u.output_tokens();
+    spent_cost += u.cost_usd();
+  }
+  const ProviderConfig& c = provider.config();
+  const int64_t in = EstimateTokens(prompt.system) + EstimateTokens(prompt.user);
+  const int64_t worst_tokens = in + c.max_output_tokens;
+  const double worst_cost =
+      (static_cast<double>(in) * c.input_usd_per_mtok + static_cast<double>(c.max_output_tokens) * c.output_usd_per_mtok) /
+      1e6;
+  if (req.llm_tokens_left() > 0 && spent_tokens + worst_tokens > req.llm_tokens_left()) {
+    return absl::StrCat("a call to ", c.name, " could use ", worst_tokens, " tokens and the job has ",
+                        req.llm_tokens_left() - spent_tokens, " left");
+  }
+  if (req.llm_cost_usd_left() > 0 && spent_cost + worst_cost > req.llm_cost_usd_left()) {
+    return absl::StrFormat("a call to %s could cost %.4f USD and the job has %.4f USD left", c.name, worst_cost,
+                           req.llm_cost_usd_left() - spent_cost);
+  }
+  return std::nullopt;
+}
 
 absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::string& system, const std::string& user,
                                             uint64_t sample, v1::MutateResponse* resp) {
@@ -205,7 +242,35 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   const int64_t budget = provider->config().context_tokens - provider->config().max_output_tokens;
   KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(req, budget));
   const v1::Candidate& parent = req.parents(0).candidate();
+  if (auto over = OverAllowance(*provider, prompt, req, resp); over.has_value()) {
+    resp.set_message(absl::StrCat("model budget: ", *over));
+    return resp;
+  }
+  size_t index = 0;
+  while (providers_[index].get() != provider) ++index;
+  CircuitBreaker& breaker = *breakers_[index];
+  const std::string& name = provider->config().name;
+  if (!breaker.Allow()) {
+    resp.set_message(absl::StrFormat("model %s skipped after repeated failures (next try in %.0f s)", name,
+                                     breaker.RetryInSeconds()));
+    return resp;
+  }
+  // Whether the provider answered; cache hits and refusals before a call do not count.
+  auto record = [&](bool answered) {
+    const bool was_open = breaker.state() == CircuitBreaker::State::kOpen;
+    if (answered) {
+      breaker.RecordSuccess();
+    } else {
+      breaker.RecordFailure();
+    }
+    const bool open = breaker.state() == CircuitBreaker::State::kOpen;
+    if (open != was_open) {
+      if (open) log_->warn("model {} keeps failing: skipped for {:.0f} s", name, breaker.RetryInSeconds());
+      if (metrics_ != nullptr) metrics_->SetBreakerOpen(name, provider->config().model, open);
+    }
+  };
   auto text = Ask(*provider, prompt.system, prompt.user, req.seed(), &resp);
+  record(text.ok());
   if (!text.ok()) {
     resp.set_message(absl::StrCat("model call failed: ", text.status().message()));
     return resp;
@@ -228,7 +293,13 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
       // One retry asking for the whole file.
       auto again = BuildPrompt(req, budget, /*whole_file=*/true, std::string(applied.status().message()));
       if (!again.ok()) return again.status();
+      if (auto over = OverAllowance(*provider, *again, req, resp); over.has_value()) {
+        resp.set_message(absl::StrCat("edits did not apply (", applied.status().message(),
+                                      ") and the whole-file retry would exceed the model budget: ", *over));
+        return resp;
+      }
       auto text2 = Ask(*provider, again->system, again->user, req.seed() + 1, &resp);
+      record(text2.ok());
       auto reply2 = text2.ok() ? ParseModelReply(*text2) : absl::StatusOr<ModelReply>(text2.status());
       if (!reply2.ok() || !reply2->whole_source.has_value()) {
         resp.set_message(absl::StrCat("edits did not apply (", applied.status().message(),
@@ -304,7 +375,9 @@ absl::StatusOr<v1::MutateResponse> MixedMutator::MutateCancellable(const v1::Mut
   // A stream of its own: the coordinator derives its own choices for this proposal (such as
   // whether it is a global draw) from the same seed, and the two must not move together.
   std::mt19937_64 rng(req.seed() ^ 0xd1b54a32d192ed03ULL);
-  if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_) {
+  // The caller may rule the model out (the job's model budget is spent, or this is a fallback).
+  const bool model_allowed = req.preferred() != v1::MUTATOR_KIND_PARAMETRIC;
+  if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_ && model_allowed) {
     if (cancelled()) return absl::CancelledError("the mutation was cancelled before the model call");
     auto r = llm_->Mutate(req, seen);
     if (r.ok() && !r->children().empty()) return Counted("model", std::move(r));

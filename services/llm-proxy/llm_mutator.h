@@ -15,9 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "common/circuit_breaker.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/mutator.h"
 #include "services/llm-proxy/cancellable_mutator.h"
+#include "services/llm-proxy/prompt_builder.h"
 #include "services/llm-proxy/provider.h"
 #include "services/llm-proxy/proxy_metrics.h"
 
@@ -51,9 +54,11 @@ struct LlmConfig {
 
 class LlmMutator final : public Mutator {
  public:
-  // `metrics` (optional) counts every model call.
+  // `metrics` (optional) counts every model call. Each provider has a circuit breaker: after
+  // `breaker.failures_to_open` failed calls in a row (each after its own retries) the provider is
+  // skipped for a cooldown, so a dead endpoint costs a job a few calls, not every one.
   LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log,
-             ProxyMetrics* metrics = nullptr);
+             ProxyMetrics* metrics = nullptr, Clock* clock = nullptr, BreakerOptions breaker = {});
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
   size_t provider_count() const { return providers_.size(); }
   // At job start: the prompt for a parent as large as the seed (with a worst-case feedback
@@ -65,10 +70,18 @@ class LlmMutator final : public Mutator {
   absl::StatusOr<std::string> Ask(Provider& provider, const std::string& system, const std::string& user,
                                   uint64_t sample, v1::MutateResponse* resp);
 
+  // Whether a call of `prompt` to `provider` could cross the request's model allowance, given
+  // what this mutation spent already; the reason when it could.
+  std::optional<std::string> OverAllowance(const Provider& provider, const Prompt& prompt,
+                                           const v1::MutateRequest& req, const v1::MutateResponse& spent) const;
+
   std::vector<std::unique_ptr<Provider>> providers_;
   ResponseCache& cache_;
   Logger log_;
   ProxyMetrics* metrics_;
+  RealClock own_clock_;
+  Clock& clock_;
+  std::vector<std::unique_ptr<CircuitBreaker>> breakers_;  // one per provider
 };
 
 // The model side built from a config: the reply cache and the LLM mutator, its providers calling

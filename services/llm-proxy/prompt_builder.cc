@@ -1,10 +1,13 @@
 #include "services/llm-proxy/prompt_builder.h"
 
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "common/launch.h"
 #include "google/protobuf/util/json_util.h"
@@ -67,6 +70,37 @@ std::string Metrics(const v1::EvaluationResult& r) {
 
 std::string Fence(const v1::Problem& p) { return p.backend() == v1::BACKEND_CUDA ? "cuda" : "c"; }
 
+std::string Device(const v1::DeviceInfo& d) {
+  std::string out = absl::StrCat(d.name(), " (", BackendName(d.backend()));
+  if (!d.vendor().empty()) absl::StrAppend(&out, ", ", d.vendor());
+  if (!d.arch().empty()) absl::StrAppend(&out, ", ", d.backend() == v1::BACKEND_CUDA ? "compute capability " : "", d.arch());
+  if (d.compute_units() > 0) absl::StrAppend(&out, ", ", d.compute_units(), " compute units");
+  if (d.clock_mhz() > 0) absl::StrAppend(&out, ", ", d.clock_mhz(), " MHz");
+  if (d.global_memory_bytes() > 0) absl::StrAppend(&out, ", ", d.global_memory_bytes() >> 20, " MiB global memory");
+  return out + ")";
+}
+
+// The lines of `after` that differ from `before`, as a short unified-style diff: a common prefix
+// and suffix are cut, and at most `max_lines` lines of each side are kept.
+std::string Diff(const std::string& before, const std::string& after, size_t max_lines = 24) {
+  const std::vector<std::string> a = absl::StrSplit(before, '\n');
+  const std::vector<std::string> b = absl::StrSplit(after, '\n');
+  size_t head = 0;
+  while (head < a.size() && head < b.size() && a[head] == b[head]) ++head;
+  size_t tail = 0;
+  while (tail < a.size() - head && tail < b.size() - head && a[a.size() - 1 - tail] == b[b.size() - 1 - tail]) ++tail;
+  if (head == a.size() && head == b.size()) return "";
+  std::string out = absl::StrCat("@@ line ", head + 1, " @@\n");
+  auto side = [&](const std::vector<std::string>& lines, char mark) {
+    const size_t n = lines.size() - head - tail;
+    for (size_t i = 0; i < std::min(n, max_lines); ++i) absl::StrAppend(&out, std::string(1, mark), lines[head + i], "\n");
+    if (n > max_lines) absl::StrAppend(&out, std::string(1, mark), " ... (", n - max_lines, " more lines)\n");
+  };
+  side(a, '-');
+  side(b, '+');
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<Prompt> BuildPrompt(const v1::MutateRequest& req, int64_t budget, bool whole_file,
@@ -103,8 +137,16 @@ absl::StatusOr<Prompt> BuildPrompt(const v1::MutateRequest& req, int64_t budget,
     absl::StrAppend(&problem, " ", set.name(), " {", absl::StrJoin(sorted, ", ", absl::PairFormatter("=")), "}");
   }
   absl::StrAppend(&problem, absl::StrFormat("\nTolerance: atol %g, rtol %g\n", p.check().atol(), p.check().rtol()));
+  if (!p.seed().params().empty()) {
+    absl::StrAppend(&problem, "Knobs (the allowed values):");
+    for (const auto& k : p.seed().params()) absl::StrAppend(&problem, " ", k.name(), " in {", absl::StrJoin(k.values(), ", "), "};");
+    absl::StrAppend(&problem, "\n");
+    if (!p.seed().constraints().empty()) {
+      absl::StrAppend(&problem, "Constraints on the knobs: ", absl::StrJoin(p.seed().constraints(), "; "), "\n");
+    }
+  }
   if (req.has_target_device() && !req.target_device().name().empty()) {
-    absl::StrAppend(&problem, "Target device: ", req.target_device().name(), "\n");
+    absl::StrAppend(&problem, "Target device: ", Device(req.target_device()), "\n");
   }
 
   const v1::ParentContext& parent = req.parents(0);
@@ -132,9 +174,15 @@ absl::StatusOr<Prompt> BuildPrompt(const v1::MutateRequest& req, int64_t budget,
                                      "\n```", Fence(p), "\n", ins.candidate().source(), "\n```\n"));
   }
   for (const auto& f : req.recent_failures()) {
-    extras.emplace_back(absl::StrCat("failure ", f.candidate().id()),
-                        absl::StrCat("\n# A recent attempt that failed (", Params(f.candidate()), "): ",
-                                     Metrics(f.result()), "\n"));
+    std::string text = absl::StrCat("\n# A recent attempt that failed (", Params(f.candidate()), "): ",
+                                    Metrics(f.result()), "\n");
+    const std::string diff = f.parent_source().empty() ? "" : Diff(f.parent_source(), f.candidate().source());
+    if (!diff.empty()) {
+      absl::StrAppend(&text, "Its change to its parent:\n```diff\n", diff, "```\n");
+    } else if (f.parent_source().empty()) {
+      absl::StrAppend(&text, "```", Fence(p), "\n", f.candidate().source(), "\n```\n");
+    }
+    extras.emplace_back(absl::StrCat("failure ", f.candidate().id()), std::move(text));
   }
   int64_t used = essential;
   std::string context;

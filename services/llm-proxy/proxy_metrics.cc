@@ -34,7 +34,11 @@ ProxyMetrics::ProxyMetrics(prometheus::Registry& registry)
       mutations_(prometheus::BuildCounter()
                      .Name("kforge_llm_proxy_mutations_total")
                      .Help("Mutations served, by mutator (model, parametric) and outcome (child, no_child, error)")
-                     .Register(registry)) {}
+                     .Register(registry)),
+      breaker_open_(prometheus::BuildGauge()
+                        .Name("kforge_llm_proxy_model_breaker_open")
+                        .Help("1 while a model is skipped after repeated failures (its circuit breaker is open)")
+                        .Register(registry)) {}
 
 void ProxyMetrics::RecordModelCall(const std::string& provider, const std::string& model, const ChatResult* result) {
   const prometheus::Labels labels{{"provider", provider}, {"model", model}};
@@ -56,6 +60,14 @@ void ProxyMetrics::RecordCacheHit(const std::string& provider, const std::string
 
 void ProxyMetrics::RecordMutation(const char* mutator, const char* outcome) {
   mutations_.Add({{"mutator", mutator}, {"outcome", outcome}}).Increment();
+}
+
+}  // namespace kforge::llm
+
+namespace kforge::llm {
+
+void ProxyMetrics::SetBreakerOpen(const std::string& provider, const std::string& model, bool open) {
+  breaker_open_.Add({{"provider", provider}, {"model", model}}).Set(open ? 1 : 0);
 }
 
 }  // namespace kforge::llm

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -27,6 +28,8 @@ class ProxyMetrics {
   // A mutation the proxy served: mutator "model" or "parametric"; outcome "child", "no_child" or
   // "error".
   void RecordMutation(const char* mutator, const char* outcome);
+  // The provider's circuit breaker: open (skipped after repeated failures) or not.
+  void SetBreakerOpen(const std::string& provider, const std::string& model, bool open);
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;
@@ -35,6 +38,7 @@ class ProxyMetrics {
   prometheus::Family<prometheus::Counter>& cost_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Counter>& mutations_;
+  prometheus::Family<prometheus::Gauge>& breaker_open_;
 };
 
 }  // namespace kforge::llm

@@ -71,6 +71,7 @@ absl::Status CheckContext(const std::string& f, const v1::ParentContext& pc, con
     if (!knobs.contains(name)) return Bad(f + ".candidate.params", absl::StrCat("set '", name, "', which is not a knob of the problem"));
   }
   if (auto s = SourceSize(f + ".candidate.source", c.source(), limits); !s.ok()) return s;
+  if (auto s = SourceSize(f + ".parent_source", pc.parent_source(), limits); !s.ok()) return s;
   if (!v1::MutatorKind_IsValid(c.mutator())) {
     return Bad(f + ".candidate.mutator", absl::StrCat("is not a known mutator (", static_cast<int>(c.mutator()), ")"));
   }
@@ -94,6 +95,9 @@ absl::Status CheckMutateRequest(const v1::MutateRequest& req, const RequestLimit
   if (!v1::MutatorKind_IsValid(req.preferred())) {
     return Bad("preferred", absl::StrCat("is not a known mutator (", static_cast<int>(req.preferred()), ")"));
   }
+  if (req.llm_tokens_left() < 0) return Bad("llm_tokens_left", absl::StrCat(req.llm_tokens_left(), " is negative"));
+  if (auto s = Finite("llm_cost_usd_left", req.llm_cost_usd_left()); !s.ok()) return s;
+  if (req.llm_cost_usd_left() < 0) return Bad("llm_cost_usd_left", "is negative");
   if (!req.has_problem()) return Bad("problem", "is missing");
   if (auto s = CheckRequestProblem(req.problem(), limits); !s.ok()) return s;
   if (req.parents().empty()) return Bad("parents", "is empty: mutate needs a parent (two for crossover)");
