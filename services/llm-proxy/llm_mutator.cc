@@ -56,6 +56,22 @@ void ResponseCache::Put(const std::string& key, const std::string& text) {
   }
 }
 
+std::string ReplyCacheKey(const ProviderConfig& provider, const v1::MutateRequest& req, uint64_t sample,
+                          bool whole_file) {
+  const v1::Problem& problem = req.problem();
+  std::string material = absl::StrCat(
+      "kforge reply key ", kReplyKeyVersion, "\nmodel ", provider.model, "\ntemperature ",
+      provider.temperature, "\nsample ", sample, "\nwhole_file ", whole_file ? 1 : 0, "\nproblem ",
+      problem.content_hash().empty() ? HashProblem(problem) : problem.content_hash());
+  auto add = [&material](const char* role, const v1::Candidate& c) {
+    absl::StrAppend(&material, "\n", role, " ",
+                    c.content_hash().empty() ? HashCandidate(c) : c.content_hash());
+  };
+  for (const auto& p : req.parents()) add("parent", p.candidate());
+  for (const auto& i : req.inspirations()) add("inspiration", i.candidate());
+  return Sha256Hex(material);
+}
+
 absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
   KF_ASSIGN_OR_RETURN(YamlNode root, LoadYamlFile(path));
   if (!root.is_map()) return root.Error("an LLM config must be a map with providers");
@@ -138,9 +154,8 @@ LlmMutator::LlmMutator(std::vector<std::unique_ptr<Provider>> providers, Respons
     : providers_(std::move(providers)), cache_(cache), log_(std::move(log)), metrics_(metrics) {}
 
 absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::string& system, const std::string& user,
-                                            uint64_t sample, v1::MutateResponse* resp) {
+                                            const std::string& key, v1::MutateResponse* resp) {
   const ProviderConfig& c = provider.config();
-  const std::string key = Sha256Hex(absl::StrCat(c.model, "|", c.temperature, "|", sample, "|", system, "|", user));
   auto* usage = resp->add_usage();
   usage->set_provider(c.name);
   usage->set_model(c.model);
@@ -205,7 +220,8 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   const int64_t budget = provider->config().context_tokens - provider->config().max_output_tokens;
   KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(req, budget));
   const v1::Candidate& parent = req.parents(0).candidate();
-  auto text = Ask(*provider, prompt.system, prompt.user, req.seed(), &resp);
+  const std::string key = ReplyCacheKey(provider->config(), req, req.seed(), /*whole_file=*/false);
+  auto text = Ask(*provider, prompt.system, prompt.user, key, &resp);
   if (!text.ok()) {
     resp.set_message(absl::StrCat("model call failed: ", text.status().message()));
     return resp;
@@ -228,7 +244,8 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
       // One retry asking for the whole file.
       auto again = BuildPrompt(req, budget, /*whole_file=*/true, std::string(applied.status().message()));
       if (!again.ok()) return again.status();
-      auto text2 = Ask(*provider, again->system, again->user, req.seed() + 1, &resp);
+      auto text2 = Ask(*provider, again->system, again->user,
+                       ReplyCacheKey(provider->config(), req, req.seed() + 1, /*whole_file=*/true), &resp);
       auto reply2 = text2.ok() ? ParseModelReply(*text2) : absl::StatusOr<ModelReply>(text2.status());
       if (!reply2.ok() || !reply2->whole_source.has_value()) {
         resp.set_message(absl::StrCat("edits did not apply (", applied.status().message(),
