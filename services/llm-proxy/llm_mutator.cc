@@ -3,7 +3,10 @@
 #include "common/problem_loader.h"
 #include "common/utf8.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <thread>
 #include <fstream>
@@ -24,7 +27,20 @@ absl::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Open(const std::st
   auto cache = std::make_unique<ResponseCache>();
   cache->path_ = path;
   if (path.empty()) return cache;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, not a replies file"));
+  }
+  cache->file_.open(path, std::ios::app);
+  if (!cache->file_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write the replies file ", path, ": ", std::strerror(errno)));
+  }
   std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the replies file ", path, ": ", std::strerror(errno)));
+  }
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
@@ -50,10 +66,27 @@ std::optional<std::string> ResponseCache::Get(const std::string& key) {
 void ResponseCache::Put(const std::string& key, const std::string& text) {
   std::lock_guard<std::mutex> lock(mu_);
   entries_[key] = text;
-  if (!path_.empty()) {
-    std::ofstream out(path_, std::ios::app);
-    out << nlohmann::json{{"key", key}, {"text", text}}.dump() << "\n";
+  if (file_.is_open()) {
+    file_ << nlohmann::json{{"key", key}, {"text", text}}.dump() << "\n";
+    file_.flush();
   }
+}
+
+absl::StatusOr<std::string> ReplyCacheFileIn(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create the folder ", dir, ": ", ec.message()));
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, " is not a folder"));
+  }
+  const std::string file = (std::filesystem::path(dir) / "replies.jsonl").string();
+  std::ofstream probe(file, std::ios::app);
+  if (!probe) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write ", file, ": ", std::strerror(errno)));
+  }
+  return file;
 }
 
 std::string ReplyCacheKey(const ProviderConfig& provider, const v1::MutateRequest& req, uint64_t sample,

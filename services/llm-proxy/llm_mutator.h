@@ -7,6 +7,7 @@
 // asks the model with a configured probability and the parametric mutator otherwise, and falls
 // back to the parametric one when the model fails.
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,7 +26,9 @@ namespace kforge::llm {
 
 class ResponseCache {
  public:
-  // "" = memory only; otherwise replies are loaded from and appended to this JSON-lines file.
+  // "" = memory only; otherwise replies are loaded from and appended to this JSON-lines file,
+  // created if missing. A file that cannot be read or written is an error here, not a recording
+  // silently lost.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ResponseCache>> Open(const std::string& path);
   std::optional<std::string> Get(const std::string& key);
   void Put(const std::string& key, const std::string& text);
@@ -33,10 +36,16 @@ class ResponseCache {
 
  private:
   std::string path_;
+  std::ofstream file_;  // appended to, one JSON line per reply, flushed each time
   std::mutex mu_;
   std::map<std::string, std::string> entries_;
   size_t hits_ = 0;
 };
+
+// kforge-llm-proxy's `llm.cache_dir`: its replies file, <dir>/replies.jsonl, the folder created
+// when missing. An error (naming neither key nor service: the caller does) when the folder
+// cannot be created or the file cannot be written.
+[[nodiscard]] absl::StatusOr<std::string> ReplyCacheFileIn(const std::string& dir);
 
 // The reply cache's key: what determines a model request, not the prompt's text, which carries
 // measured times (the parent's and inspirations' speedups and medians) and so differs on every

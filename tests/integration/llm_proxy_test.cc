@@ -4,6 +4,7 @@
 // bodies. A real model cannot be reached from tests.
 
 #include <atomic>
+#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -435,6 +436,77 @@ TEST_F(LlmMutatorTest, CacheKeyIsWhatDeterminesTheRequest) {
   other_problem.mutable_problem()->set_content_hash(HashProblem(other_problem.problem()));
   keys.push_back(ReplyCacheKey(c, other_problem, 7, false));
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
+}
+
+TEST(ResponseCacheTest, ReplyFileInAFolder) {
+  testing::TempDir dir;
+  // Created when missing, then recorded to and replayed from.
+  auto file = ReplyCacheFileIn(dir.path() + "/llm-cache/sub");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*file, dir.path() + "/llm-cache/sub/replies.jsonl");
+  {
+    auto cache = ResponseCache::Open(*file);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    (*cache)->Put("k", "reply");
+  }
+  auto cache = ResponseCache::Open(*ReplyCacheFileIn(dir.path() + "/llm-cache/sub"));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->Get("k"), std::optional<std::string>("reply"));
+  // A folder that cannot be made (a file is in the way) and a replies file that cannot be
+  // written are errors, not recordings silently lost.
+  dir.Write("plain-file", "x");
+  auto bad = ReplyCacheFileIn(dir.path() + "/plain-file/sub");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("plain-file/sub"));
+  auto unwritable = ResponseCache::Open(dir.path() + "/plain-file/sub/replies.jsonl");
+  ASSERT_FALSE(unwritable.ok());
+  EXPECT_THAT(std::string(unwritable.status().message()), HasSubstr("cannot write"));
+  EXPECT_FALSE(ResponseCache::Open(dir.path()).ok());  // a folder is not a replies file
+}
+
+TEST(ResponseCacheTest, ProxyRefusesAnUnusableCacheDirAtStart) {
+  testing::TempDir dir;
+  dir.Write("plain-file", "x");
+  const std::string providers = dir.Write(
+      "llm.yaml", "providers:\n  - {kind: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}\n");
+  const std::string proxy = testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy";
+  auto config = [&](const std::string& name, const std::string& llm) {
+    return dir.Write(name, "server: {listen: \"127.0.0.1:0\", metrics_listen: \"127.0.0.1:0\"}\nllm: " + llm + "\n");
+  };
+  auto r = testing::RunProgram(
+      proxy, {"--config", config("bad.yaml", "{providers_file: \"" + providers + "\", cache_dir: \"" + dir.path() +
+                                                 "/plain-file/sub\"}")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("llm.cache_dir"));
+  EXPECT_THAT(r.err, HasSubstr("plain-file/sub"));
+  // Both a folder and the providers file's own cache_file: which one would be meant?
+  const std::string with_file = dir.Write(
+      "llm2.yaml", "cache_file: " + dir.path() + "/r.jsonl\nproviders:\n  - {kind: openai, base_url: x, model: m}\n");
+  r = testing::RunProgram(proxy, {"--config", config("both.yaml", "{providers_file: \"" + with_file +
+                                                                      "\", cache_dir: \"" + dir.path() + "/c\"}")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("llm.cache_dir"));
+  EXPECT_THAT(r.err, HasSubstr("keep one"));
+  // A usable folder is created at start, with its replies file (the proxy runs until stopped).
+  r = testing::RunProgram("/usr/bin/timeout",
+                          {"-s", "TERM", "3", proxy, "--config",
+                           config("ok.yaml", "{providers_file: \"" + providers + "\", cache_dir: \"" + dir.path() +
+                                                 "/cache\"}")});
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir.path() + "/cache/replies.jsonl")) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("replies_file=\"" + dir.path() + "/cache/replies.jsonl\""));
+}
+
+TEST(ResponseCacheTest, KforgeRunRefusesAReplyFileItCannotWrite) {
+  testing::TempDir dir;
+  testing::WriteVaddProblem(dir, "p");
+  dir.Write("plain-file", "x");
+  const std::string cfg = dir.Write("llm.yaml", "cache_file: " + dir.path() + "/plain-file/replies.jsonl\n"
+                                                "providers:\n  - {kind: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}\n");
+  auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
+                               {"run", dir.path() + "/p", "--budget", "2", "--llm", cfg, "--db", dir.path() + "/k.db",
+                                "--out", dir.path() + "/out"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot write the replies file " + dir.path() + "/plain-file/replies.jsonl"));
 }
 
 TEST(LlmConfigTest, LoadsProvidersAndReportsBadKeys) {
