@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -55,6 +58,202 @@ bool SpaceMatters(char prev, char next) {
   return (a == CharClass::kWord && b == CharClass::kQuote) || (a == CharClass::kQuote && b == CharClass::kWord);
 }
 
+bool IsWordChar(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return std::isalnum(u) || c == '_' || c == '$' || u >= 0x80;
+}
+
+bool IsDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Past the string or character literal that starts at `i` (its quote): after the closing quote,
+// or at the end of the line when it has none.
+size_t SkipLiteral(absl::string_view t, size_t i) {
+  const char quote = t[i];
+  for (++i; i < t.size(); ++i) {
+    if (t[i] == '\\' && i + 1 < t.size()) {
+      ++i;
+    } else if (t[i] == quote) {
+      return i + 1;
+    } else if (t[i] == '\n') {
+      return i;
+    }
+  }
+  return i;
+}
+
+// Calls `word(w, end)` for each identifier or keyword `w` of `t` (ending before `end`) outside
+// string and character literals.
+// Preprocessing numbers (1.5e+3f, 0x1F, 1'000) are skipped whole: they name no macro.
+template <typename Fn>
+void ForEachWord(absl::string_view t, Fn&& word) {
+  size_t i = 0;
+  while (i < t.size()) {
+    const char c = t[i];
+    if (c == '"' || c == '\'') {
+      i = SkipLiteral(t, i);
+    } else if (IsDigit(c) || (c == '.' && i + 1 < t.size() && IsDigit(t[i + 1]))) {
+      for (++i; i < t.size(); ++i) {
+        const char d = t[i];
+        const char prev = t[i - 1];
+        if ((d == '+' || d == '-') && (prev == 'e' || prev == 'E' || prev == 'p' || prev == 'P')) continue;
+        if (d == '\'' && i + 1 < t.size() && IsWordChar(t[i + 1])) continue;  // digit separator
+        if (!IsWordChar(d) && d != '.') break;
+      }
+    } else if (IsWordChar(c)) {
+      const size_t begin = i;
+      while (i < t.size() && IsWordChar(t[i])) ++i;
+      word(t.substr(begin, i - begin), i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+// The directive's name when `line` is one ("#define X 1" -> "define"), else "".
+absl::string_view DirectiveName(absl::string_view line) {
+  if (line.empty() || line[0] != '#') return "";
+  size_t i = 1;
+  while (i < line.size() && line[i] == ' ') ++i;
+  const size_t begin = i;
+  while (i < line.size() && IsWordChar(line[i])) ++i;
+  return line.substr(begin, i - begin);
+}
+
+// The name a "#define" line defines, when dropping the line (were the name used nowhere else)
+// certainly changes nothing; "" otherwise. Kept whatever its uses: a reserved name (__X, _X: the
+// compiler's or a header's), a malformed parameter list, and a body with '#' or '##' or
+// __VA_ARGS__ where it is not allowed, or with an unterminated literal, since those may fail to
+// compile even unused.
+std::string DroppableDefine(absl::string_view line) {
+  if (DirectiveName(line) != "define") return "";
+  size_t i = line.find("define") + 6;
+  if (i >= line.size() || line[i] != ' ') return "";
+  ++i;
+  const size_t begin = i;
+  if (i >= line.size() || IsDigit(line[i]) || !IsWordChar(line[i])) return "";
+  while (i < line.size() && IsWordChar(line[i])) ++i;
+  const std::string name(line.substr(begin, i - begin));
+  const bool reserved =
+      name[0] == '_' && name.size() > 1 && (name[1] == '_' || std::isupper(static_cast<unsigned char>(name[1])));
+  if (reserved) return "";
+  if (name == "defined") return "";
+  bool variadic = false;
+  if (i < line.size() && line[i] == '(') {  // function-like: (a, b), (a, ...), (...), ()
+    std::vector<std::string> params;
+    bool expect_param = true;
+    for (++i;; ++i) {
+      if (i >= line.size()) return "";
+      if (line[i] == ' ') continue;
+      if (line[i] == ')') {
+        if (expect_param && !params.empty()) return "";  // "(a, )"
+        ++i;
+        break;
+      }
+      if (variadic) return "";  // "..." must be last
+      if (expect_param && line.substr(i, 3) == "...") {
+        variadic = true;
+        expect_param = false;
+        i += 2;
+      } else if (expect_param && IsWordChar(line[i]) && !IsDigit(line[i])) {
+        const size_t b = i;
+        while (i + 1 < line.size() && IsWordChar(line[i + 1])) ++i;
+        std::string p(line.substr(b, i + 1 - b));
+        if (p == "__VA_ARGS__" || p == "__VA_OPT__" || absl::c_linear_search(params, p)) return "";
+        params.push_back(std::move(p));
+        expect_param = false;
+      } else if (!expect_param && line[i] == ',') {
+        expect_param = true;
+      } else {
+        return "";
+      }
+    }
+  } else if (i < line.size() && line[i] != ' ') {
+    return "";  // "#define X+1": no space after the name
+  }
+  for (size_t j = i; j < line.size();) {  // the body
+    if (line[j] == '"' || line[j] == '\'') {
+      size_t k = j + 1;
+      while (k < line.size() && line[k] != line[j]) k += line[k] == '\\' ? 2 : 1;
+      if (k >= line.size()) return "";  // unterminated
+      j = k + 1;
+      continue;
+    }
+    if (line[j] == '#') return "";
+    if (IsWordChar(line[j])) {
+      const size_t b = j;
+      while (j < line.size() && IsWordChar(line[j])) ++j;
+      const absl::string_view w = line.substr(b, j - b);
+      if (!variadic && (w == "__VA_ARGS__" || w == "__VA_OPT__")) return "";
+      continue;
+    }
+    ++j;
+  }
+  return name;
+}
+
+// Drops "#define NAME ..." lines of normalised text (one directive per line) whose NAME appears
+// nowhere else: such a macro is never expanded, so it cannot change the compiled code. Uses are
+// words anywhere outside that line and outside literals, so "#ifdef NAME", "defined(NAME)",
+// "#undef NAME" and another "#define NAME" count; a use inside another dropped definition does
+// not (repeated until nothing changes). Only definitions after the last #include are candidates
+// (an included header may test a name the source never mentions), and nothing is dropped when a
+// macro may be used in a way no word shows: token pasting (##) can form a macro's name, _Pragma
+// reads its string, and raw string literals are not understood here.
+std::string DropUnusedMacros(const std::string& text) {
+  bool opaque = text.find("##") != std::string::npos;
+  ForEachWord(text, [&](absl::string_view w, size_t end) {
+    if (w == "_Pragma" || w == "__pragma") opaque = true;
+    if (end < text.size() && text[end] == '"' && !w.empty() && w.back() == 'R' &&
+        (w == "R" || w == "LR" || w == "uR" || w == "UR" || w == "u8R")) {
+      opaque = true;
+    }
+  });
+  if (opaque) return text;
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  struct Define {
+    size_t line;
+    std::string name;
+  };
+  std::vector<Define> defines;
+  for (size_t l = 0; l < lines.size(); ++l) {
+    const absl::string_view d = DirectiveName(lines[l]);
+    if (d == "include" || d == "include_next" || d == "import") defines.clear();
+    std::string name = DroppableDefine(lines[l]);
+    if (!name.empty()) defines.push_back({l, std::move(name)});
+  }
+  if (defines.empty()) return text;
+  // How often each candidate name appears, in all and per line.
+  std::map<std::string, int64_t> total;
+  for (const auto& d : defines) total[d.name] = 0;
+  std::vector<std::map<std::string, int64_t>> per_line(lines.size());
+  for (size_t l = 0; l < lines.size(); ++l) {
+    ForEachWord(lines[l], [&](absl::string_view w, size_t) {
+      auto it = total.find(std::string(w));
+      if (it == total.end()) return;
+      ++it->second;
+      ++per_line[l][it->first];
+    });
+  }
+  std::vector<bool> dropped(lines.size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& d : defines) {
+      if (dropped[d.line] || total[d.name] != per_line[d.line][d.name]) continue;
+      dropped[d.line] = true;
+      changed = true;
+      for (const auto& [name, n] : per_line[d.line]) total[name] -= n;
+    }
+  }
+  std::string out;
+  out.reserve(text.size());
+  for (size_t l = 0; l < lines.size(); ++l) {
+    if (dropped[l]) continue;
+    if (!out.empty()) out.push_back('\n');
+    absl::StrAppend(&out, lines[l]);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string NormaliseSource(absl::string_view s) {
@@ -96,8 +295,9 @@ std::string NormaliseSource(absl::string_view s) {
       at_line_start = false;
       continue;
     }
-    if (c == '\\' && i + 1 < s.size() && s[i + 1] == '\n') {  // line continuation
-      ++i;
+    const bool crlf = i + 2 < s.size() && s[i + 1] == '\r' && s[i + 2] == '\n';
+    if (c == '\\' && i + 1 < s.size() && (s[i + 1] == '\n' || crlf)) {
+      i += crlf ? 2 : 1;  // line continuation (also before a CRLF line end)
       pending_space = true;
       continue;
     }
@@ -126,7 +326,7 @@ std::string NormaliseSource(absl::string_view s) {
     emit(c);
   }
   while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
-  return out;
+  return DropUnusedMacros(out);
 }
 
 namespace {

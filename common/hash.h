@@ -17,7 +17,18 @@ std::string Sha256Hex(absl::string_view data);
 // only between two words, two operator characters, two literals, or a word and a quote), so
 // that a candidate that differs from another only in formatting or comments hashes the same:
 // "a=b+1" and "a = b + 1" are one candidate. String and character literals are kept verbatim; preprocessor
-// lines keep their line breaks and a single space wherever they had space.
+// lines keep their line breaks and a single space wherever they had space (a continued line is
+// one line). Then unused macro definitions go: a "#define NAME ..." (object- or function-like)
+// whose NAME appears nowhere else outside comments and literals (#ifdef NAME, defined(NAME) and
+// #undef NAME are uses) is never expanded, so a candidate that only adds one is a duplicate.
+// Conservative where that is not certain: only definitions after the last #include, none at all
+// in a source with ## or _Pragma, and none that could fail to compile (reserved names,
+// malformed parameter lists or bodies).
+//
+// Changing this function changes content hashes: candidates stored by an older version keep
+// their old hash (sources with an unused #define, or a line continuation before a CRLF, hashed
+// differently before), so a new child that differs from such a stored candidate only that way
+// is not recognised as its duplicate. Nothing else depends on stored hashes matching today's.
 std::string NormaliseSource(absl::string_view source);
 
 // Hash of everything in the problem except content_hash itself.

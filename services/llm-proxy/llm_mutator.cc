@@ -3,7 +3,10 @@
 #include "common/problem_loader.h"
 #include "common/utf8.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <thread>
 #include <fstream>
@@ -25,7 +28,20 @@ absl::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Open(const std::st
   auto cache = std::make_unique<ResponseCache>();
   cache->path_ = path;
   if (path.empty()) return cache;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, not a replies file"));
+  }
+  cache->file_.open(path, std::ios::app);
+  if (!cache->file_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write the replies file ", path, ": ", std::strerror(errno)));
+  }
   std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the replies file ", path, ": ", std::strerror(errno)));
+  }
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
@@ -48,13 +64,51 @@ std::optional<std::string> ResponseCache::Get(const std::string& key) {
   return it->second;
 }
 
+bool ResponseCache::Contains(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.contains(key);
+}
+
 void ResponseCache::Put(const std::string& key, const std::string& text) {
   std::lock_guard<std::mutex> lock(mu_);
   entries_[key] = text;
-  if (!path_.empty()) {
-    std::ofstream out(path_, std::ios::app);
-    out << nlohmann::json{{"key", key}, {"text", text}}.dump() << "\n";
+  if (file_.is_open()) {
+    file_ << nlohmann::json{{"key", key}, {"text", text}}.dump() << "\n";
+    file_.flush();
   }
+}
+
+absl::StatusOr<std::string> ReplyCacheFileIn(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create the folder ", dir, ": ", ec.message()));
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, " is not a folder"));
+  }
+  const std::string file = (std::filesystem::path(dir) / "replies.jsonl").string();
+  std::ofstream probe(file, std::ios::app);
+  if (!probe) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write ", file, ": ", std::strerror(errno)));
+  }
+  return file;
+}
+
+std::string ReplyCacheKey(const ProviderConfig& provider, const v1::MutateRequest& req, uint64_t sample,
+                          bool whole_file) {
+  const v1::Problem& problem = req.problem();
+  std::string material = absl::StrCat(
+      "kforge reply key ", kReplyKeyVersion, "\nmodel ", provider.model, "\ntemperature ",
+      provider.temperature, "\nsample ", sample, "\nwhole_file ", whole_file ? 1 : 0, "\nproblem ",
+      problem.content_hash().empty() ? HashProblem(problem) : problem.content_hash());
+  auto add = [&material](const char* role, const v1::Candidate& c) {
+    absl::StrAppend(&material, "\n", role, " ",
+                    c.content_hash().empty() ? HashCandidate(c) : c.content_hash());
+  };
+  for (const auto& p : req.parents()) add("parent", p.candidate());
+  for (const auto& i : req.inspirations()) add("inspiration", i.candidate());
+  return Sha256Hex(material);
 }
 
 absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path) {
@@ -175,9 +229,8 @@ std::optional<std::string> LlmMutator::OverAllowance(const Provider& provider, c
 }
 
 absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::string& system, const std::string& user,
-                                            uint64_t sample, v1::MutateResponse* resp) {
+                                            const std::string& key, v1::MutateResponse* resp) {
   const ProviderConfig& c = provider.config();
-  const std::string key = Sha256Hex(absl::StrCat(c.model, "|", c.temperature, "|", sample, "|", system, "|", user));
   auto* usage = resp->add_usage();
   usage->set_provider(c.name);
   usage->set_model(c.model);
@@ -242,7 +295,10 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   const int64_t budget = provider->config().context_tokens - provider->config().max_output_tokens;
   KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(req, budget));
   const v1::Candidate& parent = req.parents(0).candidate();
-  if (auto over = OverAllowance(*provider, prompt, req, resp); over.has_value()) {
+  // A recorded reply is free and needs no endpoint: the budget and the breaker apply to real calls.
+  const std::string key = ReplyCacheKey(provider->config(), req, req.seed(), /*whole_file=*/false);
+  const bool recorded = cache_.Contains(key);
+  if (auto over = recorded ? std::nullopt : OverAllowance(*provider, prompt, req, resp); over.has_value()) {
     resp.set_message(absl::StrCat("model budget: ", *over));
     return resp;
   }
@@ -250,12 +306,12 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   while (providers_[index].get() != provider) ++index;
   CircuitBreaker& breaker = *breakers_[index];
   const std::string& name = provider->config().name;
-  if (!breaker.Allow()) {
+  if (!recorded && !breaker.Allow()) {
     resp.set_message(absl::StrFormat("model %s skipped after repeated failures (next try in %.0f s)", name,
                                      breaker.RetryInSeconds()));
     return resp;
   }
-  // Whether the provider answered; cache hits and refusals before a call do not count.
+  // Whether the provider answered a real call (recorded replies do not count).
   auto record = [&](bool answered) {
     const bool was_open = breaker.state() == CircuitBreaker::State::kOpen;
     if (answered) {
@@ -269,8 +325,8 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
       if (metrics_ != nullptr) metrics_->SetBreakerOpen(name, provider->config().model, open);
     }
   };
-  auto text = Ask(*provider, prompt.system, prompt.user, req.seed(), &resp);
-  record(text.ok());
+  auto text = Ask(*provider, prompt.system, prompt.user, key, &resp);
+  if (!recorded) record(text.ok());
   if (!text.ok()) {
     resp.set_message(absl::StrCat("model call failed: ", text.status().message()));
     return resp;
@@ -293,13 +349,15 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
       // One retry asking for the whole file.
       auto again = BuildPrompt(req, budget, /*whole_file=*/true, std::string(applied.status().message()));
       if (!again.ok()) return again.status();
-      if (auto over = OverAllowance(*provider, *again, req, resp); over.has_value()) {
+      const std::string key2 = ReplyCacheKey(provider->config(), req, req.seed() + 1, /*whole_file=*/true);
+      const bool recorded2 = cache_.Contains(key2);
+      if (auto over = recorded2 ? std::nullopt : OverAllowance(*provider, *again, req, resp); over.has_value()) {
         resp.set_message(absl::StrCat("edits did not apply (", applied.status().message(),
                                       ") and the whole-file retry would exceed the model budget: ", *over));
         return resp;
       }
-      auto text2 = Ask(*provider, again->system, again->user, req.seed() + 1, &resp);
-      record(text2.ok());
+      auto text2 = Ask(*provider, again->system, again->user, key2, &resp);
+      if (!recorded2) record(text2.ok());
       auto reply2 = text2.ok() ? ParseModelReply(*text2) : absl::StatusOr<ModelReply>(text2.status());
       if (!reply2.ok() || !reply2->whole_source.has_value()) {
         resp.set_message(absl::StrCat("edits did not apply (", applied.status().message(),

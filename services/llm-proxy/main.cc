@@ -31,6 +31,18 @@ int main(int argc, char** argv) {
   double probability = 0;
   if (!opts.providers_file.empty()) {
     auto cfg = llm::LoadLlmConfig(opts.providers_file);
+    // llm.cache_dir: the replies file in that folder (record/replay across restarts).
+    if (cfg.ok() && !opts.cache_dir.empty()) {
+      if (!cfg->cache_file.empty()) {
+        cfg = absl::InvalidArgumentError(absl::StrCat("llm.cache_dir (", opts.cache_dir, ") and cache_file in ",
+                                                      opts.providers_file, " (", cfg->cache_file,
+                                                      ") both name a replies file: keep one"));
+      } else if (auto file = llm::ReplyCacheFileIn(opts.cache_dir); file.ok()) {
+        cfg->cache_file = *file;
+      } else {
+        cfg = absl::InvalidArgumentError(absl::StrCat("llm.cache_dir: ", file.status().message()));
+      }
+    }
     auto made = cfg.ok() ? llm::MakeLlmMutator(*cfg, http, /*jitter_seed=*/1, log, &metrics)
                          : absl::StatusOr<llm::ConfiguredLlm>(cfg.status());
     if (!made.ok()) {
@@ -39,7 +51,8 @@ int main(int argc, char** argv) {
     }
     model = *std::move(made);
     probability = opts.llm_probability;
-    log->info("providers=\"{}\" probability={}", model.provider_names, probability);
+    log->info("providers=\"{}\" probability={} replies_file=\"{}\"", model.provider_names, probability,
+              cfg->cache_file);
   } else {
     log->info("no providers configured: parametric mutations only");
   }

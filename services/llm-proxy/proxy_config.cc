@@ -18,7 +18,9 @@ void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts) {
   AddServerFields(schema, opts.server, "127.0.0.1:7071", "127.0.0.1:9471");
   schema.Add("llm.providers_file", &opts.providers_file,
              "YAML file of model providers; empty = parametric mutator only");
-  schema.Add("llm.cache_dir", &opts.cache_dir, "model response cache folder; empty = memory only");
+  schema.Add("llm.cache_dir", &opts.cache_dir,
+             "folder of the model replies file (replies.jsonl, created if missing): a restarted proxy "
+             "replays what it recorded; empty = memory only (or the providers file's cache_file)");
   schema.Add("llm.probability", &opts.llm_probability,
              "share of mutations asked of a model when one is configured", [&opts] {
                return opts.llm_probability >= 0 && opts.llm_probability <= 1

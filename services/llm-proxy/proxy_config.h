@@ -10,7 +10,7 @@ namespace kforge::llm {
 struct ProxyOptions {
   ServerOptions server;
   std::string providers_file;   // YAML list of providers and models; "" = parametric only
-  std::string cache_dir;        // response cache; "" = memory only
+  std::string cache_dir;        // model replies file <dir>/replies.jsonl; "" = memory only
   double llm_probability = 0.8; // share of mutations asked of a model when one is configured
   int64_t threads = 8;          // worker threads: mutations running at once
   int64_t queue = 64;           // mutations waiting for a thread; beyond that, RESOURCE_EXHAUSTED

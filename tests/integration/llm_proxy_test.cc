@@ -4,9 +4,12 @@
 // bodies. A real model cannot be reached from tests.
 
 #include <atomic>
+#include <filesystem>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/launch.h"
 #include "common/logging.h"
@@ -17,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "services/llm-proxy/llm_mutator.h"
 #include "services/llm-proxy/parametric_mutator.h"
+#include "services/llm-proxy/prompt_builder.h"
 #include "tests/testutil/scripted_http_server.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
@@ -353,6 +357,158 @@ TEST_F(LlmMutatorTest, RecordReplayFileServesARerunWithoutTheModel) {
   EXPECT_TRUE(silent.requests().empty());
 }
 
+// The prompt carries measured times, which differ on every run: the reply cache's key does not.
+TEST_F(LlmMutatorTest, CacheKeyIgnoresMeasuredTimesButNotTheParent) {
+  auto timed = [&](double speedup, double median, int wg = 32) {
+    v1::MutateRequest req = Request();
+    if (wg != 32) {
+      v1::Candidate other = MakeSeedCandidate(problem_, {{"WG", wg}});
+      other.set_id("parent");
+      *req.mutable_parents(0)->mutable_candidate() = other;
+    }
+    auto* r = req.mutable_parents(0)->mutable_result();
+    r->set_speedup(speedup);
+    auto* t = r->add_timings();
+    t->set_size_set("default");
+    t->mutable_candidate()->set_median_seconds(median);
+    t->mutable_reference()->set_median_seconds(median * speedup);
+    return req;
+  };
+  const v1::MutateRequest first = timed(1.02, 1.25e-5), rerun = timed(0.97, 1.61e-5);
+  ASSERT_NE(BuildPrompt(first, 100000)->user, BuildPrompt(rerun, 100000)->user);  // the times differ
+
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply(std::string("```c\n") + kSeed + "// first\n```\n")});
+  server.Push({200, {}, OpenAiReply(std::string("```c\n") + kSeed + "// other parent\n```\n")});
+  auto m = Mutator(server);
+  auto a = m->Mutate(first, none_);
+  ASSERT_TRUE(a.ok() && a->children_size() == 1) << (a.ok() ? a->message() : a.status().ToString());
+  // Same parent, other times: the same entry, no call.
+  auto b = m->Mutate(rerun, none_);
+  ASSERT_TRUE(b.ok() && b->children_size() == 1);
+  EXPECT_TRUE(b->usage(0).cache_hit());
+  EXPECT_EQ(b->children(0).source(), a->children(0).source());
+  EXPECT_EQ(server.requests().size(), 1u);
+  // Another parent (another knob value, so another content hash): a miss, the model is asked.
+  auto c = m->Mutate(timed(1.02, 1.25e-5, /*wg=*/64), none_);
+  ASSERT_TRUE(c.ok() && c->children_size() == 1);
+  EXPECT_FALSE(c->usage(0).cache_hit());
+  EXPECT_THAT(c->children(0).source(), HasSubstr("// other parent"));
+  EXPECT_EQ(server.requests().size(), 2u);
+  EXPECT_EQ(cache_->hits(), 1u);
+}
+
+TEST_F(LlmMutatorTest, CacheKeyIsWhatDeterminesTheRequest) {
+  const ProviderConfig c = Config(ScriptedHttpServer());
+  const v1::MutateRequest req = Request(7);
+  const std::string key = ReplyCacheKey(c, req, req.seed(), false);
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(key, ReplyCacheKey(c, req, 7, false));
+  // A parent without a content hash is hashed: the same key.
+  v1::MutateRequest unhashed = req;
+  unhashed.mutable_parents(0)->mutable_candidate()->clear_content_hash();
+  unhashed.mutable_problem()->clear_content_hash();
+  EXPECT_EQ(ReplyCacheKey(c, unhashed, 7, false), key);
+  // Its id, its metrics and the coordinator's bookkeeping do not count.
+  v1::MutateRequest noise = req;
+  noise.mutable_parents(0)->mutable_candidate()->set_id("another-id");
+  noise.mutable_parents(0)->mutable_result()->set_speedup(3.5);
+  noise.set_count(512);
+  noise.set_strategy("global");
+  noise.add_seen_hashes("abc");
+  EXPECT_EQ(ReplyCacheKey(c, noise, 7, false), key);
+  // Each of these does.
+  std::vector<std::string> keys = {key, ReplyCacheKey(c, req, 8, false), ReplyCacheKey(c, req, 7, true)};
+  ProviderConfig other_model = c;
+  other_model.model = "other-model";
+  keys.push_back(ReplyCacheKey(other_model, req, 7, false));
+  ProviderConfig hotter = c;
+  hotter.temperature = c.temperature + 0.5;
+  keys.push_back(ReplyCacheKey(hotter, req, 7, false));
+  v1::MutateRequest inspired = req;
+  *inspired.add_inspirations()->mutable_candidate() = MakeSeedCandidate(problem_, {{"WG", 64}});
+  keys.push_back(ReplyCacheKey(c, inspired, 7, false));
+  v1::MutateRequest two_parents = req;
+  *two_parents.add_parents()->mutable_candidate() = MakeSeedCandidate(problem_, {{"WG", 64}});
+  keys.push_back(ReplyCacheKey(c, two_parents, 7, false));
+  v1::MutateRequest other_problem = req;
+  other_problem.mutable_problem()->set_description("c = b + a");
+  other_problem.mutable_problem()->set_content_hash(HashProblem(other_problem.problem()));
+  keys.push_back(ReplyCacheKey(c, other_problem, 7, false));
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
+}
+
+TEST(ResponseCacheTest, ReplyFileInAFolder) {
+  testing::TempDir dir;
+  // Created when missing, then recorded to and replayed from.
+  auto file = ReplyCacheFileIn(dir.path() + "/llm-cache/sub");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*file, dir.path() + "/llm-cache/sub/replies.jsonl");
+  {
+    auto cache = ResponseCache::Open(*file);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    (*cache)->Put("k", "reply");
+  }
+  auto cache = ResponseCache::Open(*ReplyCacheFileIn(dir.path() + "/llm-cache/sub"));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->Get("k"), std::optional<std::string>("reply"));
+  // A folder that cannot be made (a file is in the way) and a replies file that cannot be
+  // written are errors, not recordings silently lost.
+  dir.Write("plain-file", "x");
+  auto bad = ReplyCacheFileIn(dir.path() + "/plain-file/sub");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("plain-file/sub"));
+  auto unwritable = ResponseCache::Open(dir.path() + "/plain-file/sub/replies.jsonl");
+  ASSERT_FALSE(unwritable.ok());
+  EXPECT_THAT(std::string(unwritable.status().message()), HasSubstr("cannot write"));
+  EXPECT_FALSE(ResponseCache::Open(dir.path()).ok());  // a folder is not a replies file
+}
+
+TEST(ResponseCacheTest, ProxyRefusesAnUnusableCacheDirAtStart) {
+  testing::TempDir dir;
+  dir.Write("plain-file", "x");
+  const std::string providers = dir.Write(
+      "llm.yaml", "providers:\n  - {kind: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}\n");
+  const std::string proxy = testing::BinaryDir() + "/services/llm-proxy/kforge-llm-proxy";
+  auto config = [&](const std::string& name, const std::string& llm) {
+    return dir.Write(name, "server: {listen: \"127.0.0.1:0\", metrics_listen: \"127.0.0.1:0\"}\nllm: " + llm + "\n");
+  };
+  auto r = testing::RunProgram(
+      proxy, {"--config", config("bad.yaml", "{providers_file: \"" + providers + "\", cache_dir: \"" + dir.path() +
+                                                 "/plain-file/sub\"}")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("llm.cache_dir"));
+  EXPECT_THAT(r.err, HasSubstr("plain-file/sub"));
+  // Both a folder and the providers file's own cache_file: which one would be meant?
+  const std::string with_file = dir.Write(
+      "llm2.yaml", "cache_file: " + dir.path() + "/r.jsonl\nproviders:\n  - {kind: openai, base_url: x, model: m}\n");
+  r = testing::RunProgram(proxy, {"--config", config("both.yaml", "{providers_file: \"" + with_file +
+                                                                      "\", cache_dir: \"" + dir.path() + "/c\"}")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("llm.cache_dir"));
+  EXPECT_THAT(r.err, HasSubstr("keep one"));
+  // A usable folder is created at start, with its replies file (the proxy runs until stopped).
+  r = testing::RunProgram("/usr/bin/timeout",
+                          {"-s", "TERM", "3", proxy, "--config",
+                           config("ok.yaml", "{providers_file: \"" + providers + "\", cache_dir: \"" + dir.path() +
+                                                 "/cache\"}")});
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir.path() + "/cache/replies.jsonl")) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("replies_file=\"" + dir.path() + "/cache/replies.jsonl\""));
+}
+
+TEST(ResponseCacheTest, KforgeRunRefusesAReplyFileItCannotWrite) {
+  testing::TempDir dir;
+  testing::WriteVaddProblem(dir, "p");
+  dir.Write("plain-file", "x");
+  const std::string cfg = dir.Write("llm.yaml", "cache_file: " + dir.path() + "/plain-file/replies.jsonl\n"
+                                                "providers:\n  - {kind: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}\n");
+  auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
+                               {"run", dir.path() + "/p", "--budget", "2", "--llm", cfg, "--db", dir.path() + "/k.db",
+                                "--out", dir.path() + "/out"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot write the replies file " + dir.path() + "/plain-file/replies.jsonl"));
+}
+
 TEST(LlmConfigTest, LoadsProvidersAndReportsBadKeys) {
   testing::TempDir dir;
   setenv("KFORGE_TEST_LLM_KEY", "sk-from-env", 1);
@@ -413,6 +569,77 @@ TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
     EXPECT_GT(c.proposal(), 0);
   }
   EXPECT_GT(jobs->front().progress().llm_tokens(), 0);
+}
+
+// Record/replay end to end: two runs with the same seed and replies file; the second calls no
+// model and proposes the same candidates. Every model kernel here is distinct and wrong (a
+// different constant added), so the seed stays the only successful candidate and the parent of
+// every proposal: the search does not depend on timings (with winning model kernels it would:
+// which one is faster decides the next parent). The prompts still carry the seed's measured
+// times, which differ between the runs: a key over the prompt's text would miss every time.
+TEST(KforgeRunLlmTest, SecondRunWithTheSameSeedReplaysWithoutTheModel) {
+  ScriptedHttpServer server;
+  constexpr int kBudget = 6;  // the seed and five model proposals
+  for (int k = 1; k < kBudget; ++k) {
+    server.Push({200, {}, OpenAiReply(absl::StrCat(
+                              "```c\n__kernel void add(__global const float* a, __global const float* b, "
+                              "__global float* c, int n) {\n  int i = get_global_id(0);\n  if (i < n) c[i] = a[i] + b[i] + ",
+                              k, ".0f;\n}\n```\n"))});
+  }
+  testing::TempDir dir;
+  testing::WriteVaddProblem(dir, "p");
+  const std::string cfg = dir.Write("llm.yaml", "probability: 1.0\ncache_file: " + dir.path() +
+                                                    "/replies.jsonl\nproviders:\n  - {kind: openai, base_url: \"" +
+                                                    server.url() + "/v1\", model: scripted, timeout_seconds: 5}\n");
+  auto run = [&](const std::string& name) {
+    return testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
+                               {"run", dir.path() + "/p", "--budget", std::to_string(kBudget), "--seed", "42",
+                                "--llm", cfg, "--db", dir.path() + "/" + name + ".db", "--out",
+                                dir.path() + "/" + name, "--timeout", "20"});
+  };
+  // The model-made candidates of the run's job, in proposal order, and its model calls.
+  auto model_made = [&](const std::string& name, std::vector<v1::ModelCall>* calls) {
+    std::vector<std::string> sources;
+    auto store = SqliteStore::Open(dir.path() + "/" + name + ".db");
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return sources;
+    auto jobs = (*store)->ListJobs({});
+    EXPECT_TRUE(jobs.ok() && jobs->size() == 1u);
+    if (!jobs.ok() || jobs->size() != 1u) return sources;
+    auto cands = (*store)->ListCandidates(jobs->front().id());
+    EXPECT_TRUE(cands.ok()) << cands.status();
+    for (const auto& c : *cands) {
+      if (c.mutator() == v1::MUTATOR_KIND_LLM) sources.push_back(c.source());
+    }
+    *calls = *(*store)->ListModelCalls(jobs->front().id(), 0, 1000);
+    return sources;
+  };
+
+  auto first = run("first");
+  if (first.exit_code == 1 && first.err.find("not available") != std::string::npos) GTEST_SKIP() << "no OpenCL device";
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const size_t asked = server.requests().size();
+  ASSERT_EQ(asked, static_cast<size_t>(kBudget - 1));
+  for (const auto& req : server.requests()) {
+    // The prompt carried the parent's measured times.
+    EXPECT_THAT(nlohmann::json::parse(req.body)["messages"][1]["content"].get<std::string>(), HasSubstr(" ms (reference "));
+  }
+  std::vector<v1::ModelCall> first_calls;
+  const std::vector<std::string> first_sources = model_made("first", &first_calls);
+  ASSERT_EQ(first_sources.size(), static_cast<size_t>(kBudget - 1));
+  EXPECT_EQ(first_calls.size(), static_cast<size_t>(kBudget - 1));
+  for (const auto& c : first_calls) EXPECT_FALSE(c.usage().cache_hit());
+
+  auto second = run("second");
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_EQ(server.requests().size(), asked) << "the replayed run called the model";
+  std::vector<v1::ModelCall> second_calls;
+  EXPECT_EQ(model_made("second", &second_calls), first_sources);
+  ASSERT_EQ(second_calls.size(), first_calls.size());
+  for (const auto& c : second_calls) {
+    EXPECT_TRUE(c.usage().cache_hit());
+    EXPECT_EQ(c.usage().input_tokens() + c.usage().output_tokens(), 0);  // nothing paid
+  }
 }
 
 }  // namespace

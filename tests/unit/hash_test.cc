@@ -59,14 +59,16 @@ TEST(NormaliseSourceTest, KeepsStringAndCharLiteralsVerbatim) {
 }
 
 TEST(NormaliseSourceTest, PreprocessorLinesKeepLineBreaks) {
-  EXPECT_EQ(NormaliseSource("#define A 1\n#define B 2\nkernel void f() {}"),
-            "#define A 1\n#define B 2\nkernel void f(){}");
+  EXPECT_EQ(NormaliseSource("#define A 1\n#define B 2\nkernel void f() { g(A, B); }"),
+            "#define A 1\n#define B 2\nkernel void f(){g(A,B);}");
   EXPECT_EQ(NormaliseSource("int a;\n  #ifdef X\nint b;\n#endif\nint c;"),
             "int a;\n#ifdef X\nint b;\n#endif\nint c;");
-  EXPECT_EQ(NormaliseSource("#define   TILE    16   // tile\n\n\nint x;"),
-            "#define TILE 16\nint x;");
-  // A continued directive stays one line.
-  EXPECT_EQ(NormaliseSource("#define M(a) \\\n  ((a) * 2)\nint x;"), "#define M(a) ((a) * 2)\nint x;");
+  EXPECT_EQ(NormaliseSource("#define   TILE    16   // tile\n\n\nint x[TILE];"),
+            "#define TILE 16\nint x[TILE];");
+  // A continued directive stays one line, with a LF or a CRLF line end.
+  EXPECT_EQ(NormaliseSource("#define M(a) \\\n  ((a) * 2)\nint x = M(1);"), "#define M(a) ((a) * 2)\nint x=M(1);");
+  EXPECT_EQ(NormaliseSource("#define M(a) \\\r\n  ((a) * 2)\r\nint x = M(1);"),
+            "#define M(a) ((a) * 2)\nint x=M(1);");
   // '#' inside a line is not a directive.
   EXPECT_EQ(NormaliseSource("a = 1; b = \"#x\";\nc = 2;"), "a=1;b=\"#x\";c=2;");
 }
@@ -86,8 +88,8 @@ TEST(NormaliseSourceTest, DropsSpaceOnlyWhereItCannotMatter) {
   EXPECT_EQ(NormaliseSource("w = L \"x\";"), "w=L \"x\";");
   EXPECT_NE(NormaliseSource("w = L \"x\";"), NormaliseSource("w = L\"x\";"));
   // Inside a directive every space is kept: F(x) is a function-like macro, F (x) is not.
-  EXPECT_EQ(NormaliseSource("#define F (x)\nint y;"), "#define F (x)\nint y;");
-  EXPECT_NE(NormaliseSource("#define F (x)\n"), NormaliseSource("#define F(x)\n"));
+  EXPECT_EQ(NormaliseSource("#define F (x)\nint y = F;"), "#define F (x)\nint y=F;");
+  EXPECT_NE(NormaliseSource("#define F (x)\nint y = F(1);"), NormaliseSource("#define F(x)\nint y = F(1);"));
 }
 
 TEST(NormaliseSourceTest, FormattingOnlyDifferencesNormaliseTheSame) {
@@ -109,6 +111,96 @@ TEST(NormaliseSourceTest, FormattingOnlyDifferencesNormaliseTheSame) {
       "}";
   EXPECT_EQ(NormaliseSource(a), NormaliseSource(b));
   EXPECT_NE(NormaliseSource(a), NormaliseSource(a + "int y;"));
+}
+
+// Unused macro definitions: a "#define NAME" whose NAME appears nowhere else is never expanded.
+
+constexpr const char* kKernel =
+    "kernel void f(global float* x, int n) {\n"
+    "  int i = get_global_id(0);\n"
+    "  if (i < n) x[i] = 2.0f * x[i];\n"
+    "}\n";
+
+TEST(NormaliseSourceTest, DropsAnUnusedDefine) {
+  const std::string base = NormaliseSource(kKernel);
+  EXPECT_EQ(NormaliseSource(std::string("#define UNUSED 42\n") + kKernel), base);
+  EXPECT_EQ(NormaliseSource(std::string(kKernel) + "#define AT_THE_END 1\n"), base);
+  EXPECT_EQ(NormaliseSource(std::string("  #  define   SPACED(a, b)  ((a) + (b))\n") + kKernel), base);
+  EXPECT_EQ(NormaliseSource(std::string("#define EMPTY\n#define VARIADIC(...) f(__VA_ARGS__)\n") + kKernel), base);
+  // Self-reference is not a use; neither is a use inside another unused definition.
+  EXPECT_EQ(NormaliseSource(std::string("#define SELF (SELF + 1)\n") + kKernel), base);
+  EXPECT_EQ(NormaliseSource(std::string("#define INNER 4\n#define OUTER (INNER * 2)\n") + kKernel), base);
+}
+
+TEST(NormaliseSourceTest, KeepsAUsedDefine) {
+  const std::string used = "#define SCALE 2.0f\nkernel void f(global float* x) { x[0] = SCALE * x[0]; }\n";
+  EXPECT_THAT(NormaliseSource(used), ::testing::HasSubstr("#define SCALE 2.0f"));
+  EXPECT_NE(NormaliseSource(used), NormaliseSource("kernel void f(global float* x) { x[0] = SCALE * x[0]; }\n"));
+  // A use inside another, used, definition.
+  const std::string chained = std::string("#define INNER 4\n#define OUTER (INNER * 2)\nint k = OUTER;\n") + kKernel;
+  EXPECT_THAT(NormaliseSource(chained), ::testing::HasSubstr("#define INNER 4"));
+  // A function-like macro called in the code.
+  EXPECT_THAT(NormaliseSource(std::string("#define SQ(v) ((v) * (v))\nint k = SQ(3);\n") + kKernel),
+              ::testing::HasSubstr("#define SQ(v)"));
+  // A name that is only part of another word is not a use: TILE_X does not use TILE.
+  EXPECT_EQ(NormaliseSource(std::string("#define TILE 16\nint TILE_X = 1;\n") + kKernel),
+            NormaliseSource(std::string("int TILE_X = 1;\n") + kKernel));
+}
+
+TEST(NormaliseSourceTest, UsesInOtherDirectivesCount) {
+  for (const std::string use : {"#ifdef FAST\nint k = 1;\n#endif\n", "#ifndef FAST\nint k = 1;\n#endif\n",
+                                "#if defined(FAST)\nint k = 1;\n#endif\n", "#if FAST > 0\nint k;\n#endif\n",
+                                "#undef FAST\n", "#define FAST 2\n", "#pragma unroll FAST\n"}) {
+    const std::string with = std::string("#define FAST 1\n") + use + kKernel;
+    EXPECT_THAT(NormaliseSource(with), ::testing::HasSubstr("#define FAST 1")) << use;
+    EXPECT_NE(NormaliseSource(with), NormaliseSource(use + kKernel)) << use;
+  }
+}
+
+TEST(NormaliseSourceTest, DropsAContinuedUnusedDefineWhole) {
+  const std::string base = NormaliseSource(kKernel);
+  EXPECT_EQ(NormaliseSource(std::string("#define LONG(a, b) \\\n  do {        \\\n    (a) += (b); \\\n  } while (0)\n") +
+                            kKernel),
+            base);
+  EXPECT_EQ(NormaliseSource(std::string("#define LONG(a) \\\r\n  ((a) * 2)\r\n") + kKernel), base);
+  // Nothing of its continuation lines is left behind, even words that look like uses elsewhere.
+  EXPECT_EQ(NormaliseSource(std::string("#define PAIR \\\n  get_global_id(0), n\n") + kKernel), base);
+}
+
+TEST(NormaliseSourceTest, NamesInLiteralsAndCommentsAreNotUses) {
+  const std::string base = NormaliseSource(std::string("const char* s = \"QUIET\"; char c = 'Q';\n") + kKernel);
+  EXPECT_EQ(NormaliseSource(std::string("#define QUIET 1\n#define Q 2\nconst char* s = \"QUIET\"; char c = 'Q';\n") +
+                            kKernel),
+            base);
+  EXPECT_EQ(NormaliseSource(std::string("#define QUIET 1 // QUIET\n/* QUIET */ const char* s = \"QUIET\"; "
+                                        "char c = 'Q'; // uses QUIET? no\n") +
+                            kKernel),
+            base);
+  // Numbers are not names: 1e5f and 0x1Fu mention no macro f, e5f or u.
+  EXPECT_EQ(NormaliseSource(std::string("#define e5f 3\n#define u 4\nfloat a = 1e5f + 0x1Fu + 1'000;\n") + kKernel),
+            NormaliseSource(std::string("float a = 1e5f + 0x1Fu + 1'000;\n") + kKernel));
+}
+
+TEST(NormaliseSourceTest, KeepsDefinesThatCannotSafelyGo) {
+  auto kept = [](const std::string& src, const std::string& line) {
+    return NormaliseSource(src).find(line) != std::string::npos;
+  };
+  // Before an #include: the header may test it.
+  EXPECT_TRUE(kept("#define __CUDA_NO_HALF_OPERATORS__\n#include <cuda_fp16.h>\n", "#define __CUDA_NO_HALF_OPERATORS__"));
+  EXPECT_TRUE(kept("#define MY_CONFIG 1\n#include <cuda_fp16.h>\nint k;\n", "#define MY_CONFIG 1"));
+  EXPECT_FALSE(kept("#include <cuda_fp16.h>\n#define MY_CONFIG 1\nint k;\n", "#define MY_CONFIG 1"));
+  // Token pasting can form any name; _Pragma reads its string.
+  EXPECT_TRUE(kept("#define X_1 5\n#define CAT(a, b) a##b\nint k = CAT(X_, 1);\n", "#define X_1 5"));
+  EXPECT_TRUE(kept("#define N 4\n_Pragma(\"unroll N\")\nint k;\n", "#define N 4"));
+  // Reserved names, and definitions that may not compile even unused.
+  EXPECT_TRUE(kept("#define _Reserved 1\nint k;\n", "#define _Reserved 1"));
+  EXPECT_TRUE(kept("#define __reserved 1\nint k;\n", "#define __reserved 1"));
+  EXPECT_TRUE(kept("#define BAD(a, a) a\nint k;\n", "#define BAD(a, a) a"));
+  EXPECT_TRUE(kept("#define BAD(a,\nint k;\n", "#define BAD(a,"));
+  EXPECT_TRUE(kept("#define STR(a) #b\nint k;\n", "#define STR(a) #b"));
+  EXPECT_TRUE(kept("#define ARGS(a) __VA_ARGS__\nint k;\n", "#define ARGS(a) __VA_ARGS__"));
+  EXPECT_TRUE(kept("#define QUOTE 'x\nint k;\n", "#define QUOTE 'x"));
+  EXPECT_TRUE(kept("#define PLUS+1\nint k;\n", "#define PLUS+1"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,6 +315,17 @@ TEST(HashCandidateTest, SensitiveToParamsPlanAndSource) {
   (*q.mutable_params())["A"] = 1;
   p.set_source(q.source() + " A=1");
   EXPECT_NE(HashCandidate(p), HashCandidate(q));
+}
+
+TEST(HashCandidateTest, UnusedDefineIsTheSameCandidate) {
+  v1::Candidate a = SampleCandidate();
+  v1::Candidate b = SampleCandidate();
+  b.set_source("#define UNROLL_HINT 4  // try this\n" + a.source());
+  EXPECT_EQ(HashCandidate(a), HashCandidate(b));
+  b.set_source("#define ONE 1.0f\n" + std::string("kernel void k(global float* x) {\n  x[0] = ONE;\n}\n"));
+  EXPECT_NE(HashCandidate(a), HashCandidate(b));
+  b.set_source("#define DEBUG\n#ifdef DEBUG\n#endif\n" + a.source());
+  EXPECT_NE(HashCandidate(a), HashCandidate(b));
 }
 
 // ---------------------------------------------------------------------------------------------
