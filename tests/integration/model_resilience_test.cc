@@ -75,15 +75,24 @@ TEST(ModelResilienceTest, AProxyKilledMidRunLeavesTheJobToTheKnobTuner) {
   int grpc_port = 0, metrics_port = 0;
   ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc_port, &metrics_port), 2) << line;
   const std::string db = dir.path() + "/k.db";
-  BackgroundProcess run(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "60", "--llm-proxy",
+  BackgroundProcess run(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "1500", "--llm-proxy",
                                    absl::StrCat("127.0.0.1:", grpc_port), "--db", db, "--out", dir.path() + "/out"});
-  // Let it use the proxy for a while, then kill the proxy outright.
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Let the run use the proxy for a while, then kill the proxy outright.
+  size_t proposed = 0;
+  for (int i = 0; i < 3000 && proposed < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (auto store = SqliteStore::Open(db); store.ok()) {
+      if (auto jobs = (*store)->ListJobs({}); jobs.ok() && !jobs->empty()) {
+        if (auto cands = (*store)->ListCandidates(jobs->front().id()); cands.ok()) proposed = cands->size();
+      }
+    }
+  }
+  ASSERT_GE(proposed, 20u) << "the run did not get going";
   proxy.Kill(SIGKILL);
   EXPECT_EQ(run.Wait(), 0);
   const v1::Job job = OnlyJob(db);
   EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
-  EXPECT_EQ(job.progress().evaluations(), 60) << job.state_reason();
+  EXPECT_EQ(job.progress().evaluations(), 1500) << job.state_reason();
   const std::string events = EventLog(db, job.id());
   EXPECT_THAT(events, HasSubstr("the parametric mutator answers until it is back")) << events;
 }
