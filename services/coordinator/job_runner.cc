@@ -162,7 +162,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
   }
   // The most recent failed evaluations (not the worker's faults), for the model's prompt.
   constexpr size_t kRecentFailures = 3;
-  std::deque<std::pair<v1::Candidate, v1::EvaluationResult>> failures;
+  std::deque<v1::ParentContext> failures;  // each with its parent's source (the prompt shows the change)
   v1::DeviceInfo device;  // the device of the latest result
   size_t ingested = 0;
   std::map<std::string, int64_t> counts;
@@ -211,7 +211,17 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
       screener.Record(c, r);
       if (!r.device().name().empty()) device = r.device();
       if (r.outcome() != v1::OUTCOME_OK && r.outcome() != v1::OUTCOME_INFRA_ERROR) {
-        failures.emplace_back(c, r);
+        v1::ParentContext& f = failures.emplace_back();
+        *f.mutable_candidate() = c;
+        *f.mutable_result() = r;
+        if (c.parent_ids_size() > 0) {
+          for (const auto& p : cands) {
+            if (p.id() == c.parent_ids(0)) {
+              f.set_parent_source(p.source());
+              break;
+            }
+          }
+        }
         if (failures.size() > kRecentFailures) failures.pop_front();
       }
       ++ingested;
@@ -385,19 +395,7 @@ absl::StatusOr<v1::Job> JobRunner::RunLeased(const std::string& job_id, const Jo
       }
       // What went wrong lately (newest first), each with the parent it came from, so the model
       // sees the change that failed.
-      for (auto it = failures.rbegin(); it != failures.rend(); ++it) {
-        auto* f = req.add_recent_failures();
-        *f->mutable_candidate() = it->first;
-        *f->mutable_result() = it->second;
-        if (it->first.parent_ids_size() > 0) {
-          for (const auto& p : cands) {
-            if (p.id() == it->first.parent_ids(0)) {
-              f->set_parent_source(p.source());
-              break;
-            }
-          }
-        }
-      }
+      for (auto it = failures.rbegin(); it != failures.rend(); ++it) *req.add_recent_failures() = *it;
       if (!device.name().empty()) *req.mutable_target_device() = device;
       // The model budget: once spent, the knob tuner carries on alone; until then, a call that
       // could cross it is not made (the proxy checks its worst case against what is left).

@@ -284,14 +284,15 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   double total = 0;
   for (const auto& p : providers_) total += p->config().weight;
   double x = std::uniform_real_distribution<double>(0, total)(rng);
-  Provider* provider = providers_.back().get();
-  for (const auto& p : providers_) {
-    x -= p->config().weight;
+  size_t index = providers_.size() - 1;
+  for (size_t i = 0; i < providers_.size(); ++i) {
+    x -= providers_[i]->config().weight;
     if (x <= 0) {
-      provider = p.get();
+      index = i;
       break;
     }
   }
+  Provider* provider = providers_[index].get();
   const int64_t budget = provider->config().context_tokens - provider->config().max_output_tokens;
   KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(req, budget));
   const v1::Candidate& parent = req.parents(0).candidate();
@@ -302,8 +303,6 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
     resp.set_message(absl::StrCat("model budget: ", *over));
     return resp;
   }
-  size_t index = 0;
-  while (providers_[index].get() != provider) ++index;
   CircuitBreaker& breaker = *breakers_[index];
   const std::string& name = provider->config().name;
   if (!recorded && !breaker.Allow()) {
