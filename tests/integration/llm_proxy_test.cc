@@ -34,9 +34,7 @@ using ::kforge::testing::ScriptedResponse;
 using ::testing::HasSubstr;
 
 std::string OpenAiReply(const std::string& text, int in = 100, int out = 50) {
-  return nlohmann::json{{"choices", {{{"message", {{"role", "assistant"}, {"content", text}}}}}},
-                        {"usage", {{"prompt_tokens", in}, {"completion_tokens", out}}}}
-      .dump();
+  return testing::OpenAiChatReply(text, in, out);
 }
 
 std::string AnthropicReply(const std::string& text) {

@@ -11,8 +11,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kforge/v1/worker.grpc.pb.h"
-#include "nlohmann/json.hpp"
 #include "tests/testutil/background_process.h"
+#include "tests/testutil/prometheus_query.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge {
@@ -28,25 +28,8 @@ std::string FindPrometheus() {
 // Polls a PromQL query until it returns at least one sample; returns the first value.
 std::optional<double> QueryUntil(int port, const std::string& promql, double timeout_seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  std::string encoded;
-  for (char c : promql) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') {
-      encoded += c;
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", static_cast<unsigned char>(c));
-      encoded += buf;
-    }
-  }
   while (std::chrono::steady_clock::now() < until) {
-    int status = 0;
-    const std::string body = testing::HttpGet(port, "/api/v1/query?query=" + encoded, &status);
-    if (status == 200) {
-      auto j = nlohmann::json::parse(body, nullptr, false);
-      if (!j.is_discarded() && j["status"] == "success" && !j["data"]["result"].empty()) {
-        return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
-      }
-    }
+    if (auto v = testing::FirstSampleValue(testing::PrometheusQuery(port, promql)); v.has_value()) return v;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   return std::nullopt;

@@ -29,12 +29,6 @@ using ::testing::HasSubstr;
 
 std::string Kforge() { return BinaryDir() + "/cli/kforge"; }
 
-std::string OpenAiReply(const std::string& text, int in = 1000, int out = 500) {
-  return nlohmann::json{{"choices", {{{"message", {{"role", "assistant"}, {"content", text}}}}}},
-                        {"usage", {{"prompt_tokens", in}, {"completion_tokens", out}}}}
-      .dump();
-}
-
 // An LLM config naming the scripted server (or any base URL).
 std::string LlmConfig(const TempDir& dir, const std::string& base_url, const std::string& extra = "") {
   return dir.Write("llm.yaml", absl::StrCat("probability: 1.0\nproviders:\n  - {name: scripted, kind: openai, "
@@ -132,7 +126,7 @@ TEST(ModelResilienceTest, ADeadModelEndpointCostsAFewCallsNotEveryOne) {
 TEST(ModelResilienceTest, AModelBudgetStopsModelCallsNotTheJobAndIsNeverCrossed) {
   TempDir dir;
   ScriptedHttpServer server;
-  for (int i = 0; i < 20; ++i) server.Push({200, {}, OpenAiReply("I cannot improve this kernel.", 1000, 500)});
+  for (int i = 0; i < 20; ++i) server.Push({200, {}, OpenAiChatReply("I cannot improve this kernel.", 1000, 500)});
   const std::string db = dir.path() + "/k.db";
   RunResult r = RunProgram(Kforge(), {"run", SourceDir() + "/examples/opencl/matmul", "--budget", "10", "--llm",
                                       LlmConfig(dir, server.url(), ", max_output_tokens: 600"), "--max-llm-tokens",
@@ -151,7 +145,7 @@ TEST(ModelResilienceTest, AModelBudgetStopsModelCallsNotTheJobAndIsNeverCrossed)
 TEST(ModelResilienceTest, AResumedJobsModelTotalsAreTheSumOfItsCallRecords) {
   TempDir dir;
   ScriptedHttpServer server;
-  for (int i = 0; i < 40; ++i) server.Push({200, {}, OpenAiReply("No code this time.", 300, 100)});
+  for (int i = 0; i < 40; ++i) server.Push({200, {}, OpenAiChatReply("No code this time.", 300, 100)});
   const std::string db = dir.path() + "/k.db";
   const std::string cfg = LlmConfig(dir, server.url());
   RunResult first = RunProgram(Kforge(), {"run", SourceDir() + "/examples/opencl/matmul", "--budget", "4", "--llm",
@@ -189,10 +183,10 @@ TEST(ModelResilienceTest, PromptsCarryRecentFailuresTheDeviceAndTheKnobs) {
   TempDir dir;
   ScriptedHttpServer server;
   // First a kernel that does not compile, then correct variants.
-  server.Push({200, {}, OpenAiReply("```c\n__kernel void add(__global const float* a) { this is not C }\n```\n")});
+  server.Push({200, {}, OpenAiChatReply("```c\n__kernel void add(__global const float* a) { this is not C }\n```\n")});
   for (int i = 0; i < 6; ++i) {
     server.Push({200, {},
-                 OpenAiReply(absl::StrCat("```c\n__kernel void add(__global const float* a, __global const float* b, "
+                 OpenAiChatReply(absl::StrCat("```c\n__kernel void add(__global const float* a, __global const float* b, "
                                           "__global float* c, int n) {\n  int i = get_global_id(0);\n  if (i < n) {\n"
                                           "    float v", i, " = a[i];\n    c[i] = v", i, " + b[i];\n  }\n}\n```\n"))});
   }

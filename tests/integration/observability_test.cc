@@ -19,8 +19,8 @@
 #include "absl/strings/ascii.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testutil/background_process.h"
 #include "tests/testutil/postgres_server.h"
+#include "tests/testutil/prometheus_query.h"
 #include "tests/testutil/redis_server.h"
 #include "tests/testutil/scripted_http_server.h"
 #include "tests/testutil/subprocess.h"
@@ -30,39 +30,11 @@
 namespace kforge::testing {
 namespace {
 
-std::string UrlEncode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-// One instant query; the parsed reply (status "error" with the reason when it does not parse).
-nlohmann::json Query(int port, const std::string& promql) {
-  int status = 0;
-  const std::string body = HttpGet(port, "/api/v1/query?query=" + UrlEncode(promql), &status);
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded()) return {{"status", "error"}, {"error", absl::StrCat("HTTP ", status, ": ", body)}};
-  return j;
-}
-
-double FirstValue(const nlohmann::json& reply) {
-  if (reply.value("status", "") != "success" || reply["data"]["result"].empty()) return -1;
-  return std::stod(reply["data"]["result"][0]["value"][1].get<std::string>());
-}
-
 // Polls until the query's first value reaches `at_least`.
 bool WaitFor(int port, const std::string& promql, double at_least, double timeout_seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   while (std::chrono::steady_clock::now() < until) {
-    if (FirstValue(Query(port, promql)) >= at_least) return true;
+    if (FirstSampleValue(PrometheusQuery(port, promql)).value_or(-1) >= at_least) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   return false;
@@ -99,10 +71,7 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
         "Here it is:\n```c\n__kernel void add(__global const float* a, __global const float* b, __global float* c, "
         "int n) {\n  int i = get_global_id(0);\n  if (i < n) {\n    float v", i, " = a[i];\n    c[i] = v", i,
         " + b[i];\n  }\n}\n```\n");
-    model.Push({200, {},
-                nlohmann::json{{"choices", {{{"message", {{"role", "assistant"}, {"content", reply}}}}}},
-                               {"usage", {{"prompt_tokens", 120}, {"completion_tokens", 60}}}}
-                    .dump()});
+    model.Push({200, {}, OpenAiChatReply(reply, 120, 60)});
   }
   const std::string providers =
       dir_.Write("llm.yaml", absl::StrCat("providers:\n  - {name: scripted, kind: openai, base_url: \"",
@@ -150,8 +119,8 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
   for (absl::string_view name : absl::StrSplit(names, '\n', absl::SkipEmpty())) {
     name = absl::StripAsciiWhitespace(name);
     if (name.empty() || name[0] == '#' || name == "kforge_store_errors_total") continue;
-    const nlohmann::json r = Query(prom, absl::StrCat("count({__name__=~\"", name, "(_bucket)?\"})"));
-    if (FirstValue(r) <= 0) missing.emplace_back(name);
+    const nlohmann::json r = PrometheusQuery(prom, absl::StrCat("count({__name__=~\"", name, "(_bucket)?\"})"));
+    if (FirstSampleValue(r).value_or(0) <= 0) missing.emplace_back(name);
   }
   EXPECT_TRUE(missing.empty()) << "not exported: " << absl::StrJoin(missing, ", ");
 
@@ -164,7 +133,7 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
     auto q = nlohmann::json::parse(line, nullptr, false);
     ASSERT_FALSE(q.is_discarded()) << line;
     const std::string source = q["source"], expr = q["expr"], kind = q["kind"];
-    nlohmann::json reply = Query(prom, expr);
+    nlohmann::json reply = PrometheusQuery(prom, expr);
     EXPECT_EQ(reply.value("status", ""), "success") << source << ": " << expr << "\n" << reply.dump();
     if (reply.value("status", "") != "success") continue;
     const bool has_data = !reply["data"]["result"].empty();

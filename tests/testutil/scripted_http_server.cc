@@ -1,5 +1,7 @@
 #include "tests/testutil/scripted_http_server.h"
 
+#include "nlohmann/json.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -119,6 +121,12 @@ void ScriptedHttpServer::Handle(int fd) {
     send(fd, out.data(), out.size(), MSG_NOSIGNAL);
     close(fd);
   }
+}
+
+std::string OpenAiChatReply(const std::string& text, int input_tokens, int output_tokens) {
+  return nlohmann::json{{"choices", {{{"message", {{"role", "assistant"}, {"content", text}}}}}},
+                        {"usage", {{"prompt_tokens", input_tokens}, {"completion_tokens", output_tokens}}}}
+      .dump();
 }
 
 }  // namespace kforge::testing

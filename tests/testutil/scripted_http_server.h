@@ -29,6 +29,9 @@ struct ReceivedRequest {
   std::string body;
 };
 
+// An OpenAI chat-completions reply body with `text` and the token counts the server reports.
+std::string OpenAiChatReply(const std::string& text, int input_tokens = 100, int output_tokens = 50);
+
 class ScriptedHttpServer {
  public:
   ScriptedHttpServer();
