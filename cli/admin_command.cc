@@ -60,6 +60,23 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& flag, bool c
   return store;
 }
 
+// Sets the quotas the arguments name; a negative one is bad input.
+absl::Status ApplyQuota(const AdminArgs& args, v1::TenantQuota* q) {
+  for (const auto& [flag, value] : {std::pair{"--max-running-jobs", args.max_running_jobs},
+                                    std::pair{"--max-in-flight", args.max_in_flight},
+                                    std::pair{"--max-evaluations-per-hour", args.max_evaluations_per_hour}}) {
+    if (value.has_value() && (*value < 0 || *value > (int64_t{1} << 31) - 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " must be in [0, 2147483647] (0: no limit), got ", *value));
+    }
+  }
+  if (args.max_running_jobs) q->set_max_running_jobs(static_cast<int32_t>(*args.max_running_jobs));
+  if (args.max_in_flight) q->set_max_in_flight(static_cast<int32_t>(*args.max_in_flight));
+  if (args.max_evaluations_per_hour) q->set_max_evaluations_per_hour(*args.max_evaluations_per_hour);
+  return absl::OkStatus();
+}
+
+std::string Limit(int64_t v) { return v > 0 ? absl::StrCat(v) : "-"; }
+
 }  // namespace
 
 int AdminTenantCreate(const AdminArgs& args) {
@@ -70,6 +87,7 @@ int AdminTenantCreate(const AdminArgs& args) {
   v1::Tenant tenant;
   tenant.set_name(args.name);
   tenant.set_display_name(args.display_name);
+  if (absl::Status st = ApplyQuota(args, tenant.mutable_quota()); !st.ok()) return Fail(kCmd, st);
   SetNow(tenant.mutable_created_at());
   if (absl::Status st = (*store)->CreateTenant(tenant); !st.ok()) {
     if (absl::IsAlreadyExists(st))
@@ -90,11 +108,35 @@ int AdminTenantList(const AdminArgs& args) {
     std::cout << "no tenants\n";
     return 0;
   }
-  std::cout << absl::StrFormat("%-24s %-32s %s\n", "TENANT", "DISPLAY NAME", "CREATED (UTC)");
+  std::cout << absl::StrFormat("%-24s %-32s %-20s %8s %10s %10s\n", "TENANT", "DISPLAY NAME", "CREATED (UTC)",
+                               "MAX JOBS", "IN FLIGHT", "EVALS/HOUR");
   for (const v1::Tenant& t : *tenants) {
-    std::cout << absl::StrFormat("%-24s %-32s %s\n", t.name(), t.display_name(),
-                                 FormatUtc(t.created_at()));
+    std::cout << absl::StrFormat("%-24s %-32s %-20s %8s %10s %10s\n", t.name(), t.display_name(),
+                                 FormatUtc(t.created_at()), Limit(t.quota().max_running_jobs()),
+                                 Limit(t.quota().max_in_flight()), Limit(t.quota().max_evaluations_per_hour()));
   }
+  return 0;
+}
+
+int AdminTenantQuota(const AdminArgs& args) {
+  constexpr absl::string_view kCmd = "tenant-quota";
+  if (absl::Status st = CheckTenantName(args.name); !st.ok()) return Fail(kCmd, st);
+  auto store = OpenStore(args.db, /*create=*/false);
+  if (!store.ok()) return Fail(kCmd, store.status());
+  auto tenant = (*store)->GetTenant(args.name);
+  if (!tenant.ok()) {
+    if (absl::IsNotFound(tenant.status())) {
+      return Fail(kCmd, absl::NotFoundError(absl::StrCat("no tenant ", args.name, " (kforge admin tenant-create ",
+                                                         args.name, ")")));
+    }
+    return Fail(kCmd, tenant.status());
+  }
+  if (absl::Status st = ApplyQuota(args, tenant->mutable_quota()); !st.ok()) return Fail(kCmd, st);
+  if (absl::Status st = (*store)->UpdateTenant(*tenant); !st.ok()) return Fail(kCmd, st);
+  const v1::TenantQuota& q = tenant->quota();
+  std::cout << absl::StrFormat("tenant %s: max running jobs %s, max in flight %s, max evaluations per hour %s\n",
+                               args.name, Limit(q.max_running_jobs()), Limit(q.max_in_flight()),
+                               Limit(q.max_evaluations_per_hour()));
   return 0;
 }
 
@@ -176,9 +218,21 @@ void AdminCommands::Register(CLI::App& app) {
   tenant_create_->add_option("NAME", args_.name, "tenant name: [a-z0-9-], at most 64 bytes")
       ->required();
   tenant_create_->add_option("--display-name", args_.display_name, "a name for people");
+  auto add_quota = [this](CLI::App* cmd) {
+    cmd->add_option("--max-running-jobs", args_.max_running_jobs, "jobs of the tenant running at once (0: no limit)");
+    cmd->add_option("--max-in-flight", args_.max_in_flight,
+                    "candidates in evaluation at once across the tenant's jobs (0: no limit)");
+    cmd->add_option("--max-evaluations-per-hour", args_.max_evaluations_per_hour,
+                    "candidates dispatched in any hour across the tenant's jobs (0: no limit)");
+  };
+  add_quota(tenant_create_);
   add_db(tenant_create_);
-  tenant_list_ = admin_->add_subcommand("tenant-list", "list the tenants");
+  tenant_list_ = admin_->add_subcommand("tenant-list", "list the tenants and their quotas");
   add_db(tenant_list_);
+  tenant_quota_ = admin_->add_subcommand("tenant-quota", "change a tenant's quotas");
+  tenant_quota_->add_option("NAME", args_.name, "tenant name")->required();
+  add_quota(tenant_quota_);
+  add_db(tenant_quota_);
   key_create_ = admin_->add_subcommand("key-create",
                                        "make an API key for a tenant and print its token (once)");
   key_create_->add_option("TENANT", args_.name, "tenant name")->required();
@@ -200,6 +254,7 @@ std::optional<int> AdminCommands::Run() const {
   if (!*admin_) return std::nullopt;
   if (*tenant_create_) return AdminTenantCreate(args_);
   if (*tenant_list_) return AdminTenantList(args_);
+  if (*tenant_quota_) return AdminTenantQuota(args_);
   if (*key_create_) return AdminKeyCreate(args_);
   if (*key_list_) return AdminKeyList(args_);
   if (*key_revoke_) return AdminKeyRevoke(args_);

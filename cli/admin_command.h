@@ -19,10 +19,16 @@ struct AdminArgs {
   std::string display_name;  // tenant-create
   std::string key_name;      // key-create --name
   bool service = false;      // key-create --service
+  // tenant-create / tenant-quota: the tenant's quotas (0 = no limit; unset = unchanged).
+  std::optional<int64_t> max_running_jobs;
+  std::optional<int64_t> max_in_flight;
+  std::optional<int64_t> max_evaluations_per_hour;
 };
 
 int AdminTenantCreate(const AdminArgs& args);
 int AdminTenantList(const AdminArgs& args);
+// Changes a tenant's quotas (the coordinators apply them within seconds).
+int AdminTenantQuota(const AdminArgs& args);
 // Prints the new token alone on stdout (it is shown this once) and a note on stderr.
 int AdminKeyCreate(const AdminArgs& args);
 int AdminKeyList(const AdminArgs& args);
@@ -38,6 +44,7 @@ class AdminCommands {
   CLI::App* admin_ = nullptr;
   CLI::App* tenant_create_ = nullptr;
   CLI::App* tenant_list_ = nullptr;
+  CLI::App* tenant_quota_ = nullptr;
   CLI::App* key_create_ = nullptr;
   CLI::App* key_list_ = nullptr;
   CLI::App* key_revoke_ = nullptr;

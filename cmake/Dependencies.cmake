@@ -13,6 +13,8 @@ find_package(OpenSSL REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(SQLite3 REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+# Boost.Asio (header-only): the coordinator's event loop.
+find_package(Boost 1.74 CONFIG REQUIRED COMPONENTS headers)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(PQXX REQUIRED IMPORTED_TARGET libpqxx)

@@ -6,7 +6,7 @@ PKGS=(
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev libabsl-dev
   libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsqlite3-dev libhiredis-dev libpqxx-dev prometheus-cpp-dev libcurl4-openssl-dev
+  libboost-dev libsqlite3-dev libhiredis-dev libpqxx-dev prometheus-cpp-dev libcurl4-openssl-dev
   zlib1g-dev libssl-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   redis-server postgresql prometheus curl python3 python3-yaml

@@ -29,6 +29,12 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
              [&opts] { return opts.max_jobs_running >= 1 ? std::string() : std::string("must be >= 1"); });
   schema.Add("jobs.slots", &opts.slots_per_job, "candidates in flight per job",
              [&opts] { return opts.slots_per_job >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add("jobs.threads", &opts.job_threads,
+             "event-loop threads stepping the running jobs (a step calling a model holds one for the call)",
+             [&opts] { return opts.job_threads >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add("jobs.in_order", &opts.in_order,
+             "ingest each job's results in candidate order (deterministic, as kforge run; one slow result "
+             "holds the job back); false: as they arrive");
   schema.Add("jobs.owner", &opts.owner, "this coordinator's name in job leases; empty: host:pid");
   schema.Add("jobs.problems_dir", &opts.problems_dir,
              "where submitted problem folders are written (replay caches among them: workers read them from "

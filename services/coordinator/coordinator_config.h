@@ -15,7 +15,9 @@ struct CoordinatorOptions {
   std::string queue_url = "redis://127.0.0.1:6379";
   std::string llm_proxy_address;          // host:port of kforge-llm-proxy; "" = in-process
   bool auth_required = true;              // bearer tokens (API keys in the store) map to tenants
-  int64_t max_jobs_running = 8;
+  int64_t max_jobs_running = 256;         // running jobs cost no thread (an event loop steps them)
+  int64_t job_threads = 4;
+  bool in_order = false;
   int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
   int64_t slots_per_job = 4;              // candidates in flight per job
   std::string owner;                      // this coordinator's name in job leases; "" = host:pid

@@ -5,9 +5,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "boost/asio/post.hpp"
 #include "common/status_macros.h"
 
 namespace kforge::coordinator {
+
+namespace {
+// The first poll interval of a job that found nothing to do; it doubles up to idle_poll_seconds.
+constexpr double kFirstIdlePoll = 0.001;
+}  // namespace
 
 JobManager::JobManager(Store& store, WorkQueue& queue, MutatorFactory mutators, Clock& clock, Logger log,
                        JobManagerOptions options)
@@ -19,6 +25,9 @@ JobManager::~JobManager() { Stop(); }
 void JobManager::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (scanner_.joinable() || stopping_) return;
+  work_ = std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
+      io_.get_executor());
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { io_.run(); });
   scanner_ = std::thread([this] { ScanLoop(); });
 }
 
@@ -26,18 +35,31 @@ void JobManager::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    for (auto& [id, r] : running_) r->stop = true;
   }
   cv_.notify_all();
-  if (scanner_.joinable()) scanner_.join();
-  std::map<std::string, std::unique_ptr<Running>> running;
+  if (scanner_.joinable()) scanner_.join();  // nothing starts from here on
+  std::vector<std::shared_ptr<Running>> running;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running.swap(running_);
+    for (auto& [id, r] : running_) running.push_back(r);
   }
-  for (auto& [id, r] : running) {
-    if (r->thread.joinable()) r->thread.join();
+  // Each job writes INTERRUPTED at its next step; a waiting one is woken for it.
+  for (auto& r : running) {
+    r->stop = true;
+    boost::asio::post(r->strand, [r] { r->timer.cancel(); });
   }
+  if (!threads_.empty()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      return std::all_of(running.begin(), running.end(), [](const auto& r) { return r->done.load(); });
+    });
+  }
+  work_.reset();
+  io_.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.clear();
 }
 
 int JobManager::RunningHere() {
@@ -99,19 +121,8 @@ void JobManager::ScanLoop() {
 }
 
 void JobManager::Reap() {
-  std::vector<std::unique_ptr<Running>> finished;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = running_.begin(); it != running_.end();) {
-      if (it->second->done) {
-        finished.push_back(std::move(it->second));
-        it = running_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& r : finished) r->thread.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(running_, [](const auto& kv) { return kv.second->done.load(); });
 }
 
 void JobManager::Scan() {
@@ -160,50 +171,90 @@ void JobManager::Scan() {
 }
 
 void JobManager::StartJob(const v1::Job& job) {
-  auto r = std::make_unique<Running>();
+  auto r = std::make_shared<Running>(io_);
+  r->id = job.id();
   r->tenant = job.spec().tenant();
-  Running* raw = r.get();
-  const std::string id = job.id();
-  const v1::Problem problem = job.spec().problem();
-  std::lock_guard<std::mutex> lock(mu_);
-  running_[id] = std::move(r);
-  raw->thread = std::thread([this, raw, id, problem, job] {
-    absl::StatusOr<std::shared_ptr<Mutator>> mutator = mutators_(problem);
-    if (!mutator.ok()) {
-      log_->error("job={} no mutator: {}", id, mutator.status().message());
-      raw->done = true;
-      return;
-    }
-    JobRunnerOptions ro;
-    ro.slots = options_.slots;
-    ro.owner = options_.owner;
-    ro.lease_seconds = options_.lease_seconds;
-    ro.device_class = options_.device_class;
-    JobRunner runner(store_, queue_, **mutator, clock_, log_, ro);
-    CoordinatorMetrics* metrics = options_.metrics;
-    ProgressFn progress;
-    if (metrics != nullptr) {
-      metrics->JobStarted(job, clock_.WallSeconds());
-      progress = [this, metrics, backend = problem.backend()](const Progress& p) {
-        if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome());
-        metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, clock_.WallSeconds());
-      };
-    }
-    absl::StatusOr<v1::Job> end = runner.Run(id, raw->stop, progress);
-    if (metrics != nullptr) metrics->JobEnded(id);
-    if (!end.ok()) {
-      // Another coordinator holds the job (a claim that lost), or this one lost it: not an error.
-      if (absl::IsFailedPrecondition(end.status())) {
-        log_->debug("job={} not run here: {}", id, end.status().message());
-      } else {
-        log_->error("job={} stopped: {}", id, end.status().message());
-      }
-    }
-    raw->done = true;
+  r->problem = job.spec().problem();
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    wake_ = true;  // a slot is free
+    running_[r->id] = r;
+  }
+  boost::asio::post(r->strand, [this, r] { BeginJob(r); });
+}
+
+void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
+  absl::StatusOr<std::shared_ptr<Mutator>> mutator = mutators_(r->problem);
+  if (!mutator.ok()) {
+    log_->error("job={} no mutator: {}", r->id, mutator.status().message());
+    r->done = true;
+    std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
-  });
+    return;
+  }
+  r->mutator = *std::move(mutator);
+  JobRunnerOptions ro;
+  ro.slots = options_.slots;
+  ro.owner = options_.owner;
+  ro.lease_seconds = options_.lease_seconds;
+  ro.device_class = options_.device_class;
+  ro.in_order = options_.in_order;
+  ProgressFn progress;
+  if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
+    progress = [this, metrics, backend = r->problem.backend()](const Progress& p) {
+      if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome());
+      metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, clock_.WallSeconds());
+    };
+  }
+  r->driver = std::make_unique<JobDriver>(store_, queue_, *r->mutator, clock_, log_, ro, r->id, progress,
+                                          options_.gate);
+  absl::StatusOr<bool> begun = r->driver->Begin();
+  if (!begun.ok() || !*begun) {
+    EndJob(r, begun.status());
+    return;
+  }
+  if (options_.metrics != nullptr) {
+    absl::StatusOr<v1::Job> job = store_.GetJob(r->id);
+    if (job.ok()) options_.metrics->JobStarted(*job, clock_.WallSeconds());
+  }
+  StepJob(r);
+}
+
+void JobManager::StepJob(const std::shared_ptr<Running>& r) {
+  if (r->stop.load()) r->driver->Interrupt();
+  absl::StatusOr<bool> running = r->driver->Step(0);
+  if (!running.ok() || !*running) {
+    EndJob(r, running.status());
+    return;
+  }
+  if (r->driver->busy()) {
+    r->idle = 0;
+    boost::asio::post(r->strand, [this, r] { StepJob(r); });
+    return;
+  }
+  r->idle = r->idle == 0 ? kFirstIdlePoll : std::min(r->idle * 2, options_.idle_poll_seconds);
+  r->timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(r->idle)));
+  // The timer's executor is the job's strand; a cancel (Stop) runs the step at once.
+  r->timer.async_wait([this, r](const boost::system::error_code&) { StepJob(r); });
+}
+
+void JobManager::EndJob(const std::shared_ptr<Running>& r, const absl::Status& status) {
+  absl::StatusOr<v1::Job> end = r->driver->Finish(status);
+  if (options_.metrics != nullptr) options_.metrics->JobEnded(r->id);
+  if (!end.ok()) {
+    // Another coordinator holds the job (a claim that lost), or this one lost it: not an error.
+    if (absl::IsFailedPrecondition(end.status())) {
+      log_->debug("job={} not run here: {}", r->id, end.status().message());
+    } else {
+      log_->error("job={} stopped: {}", r->id, end.status().message());
+    }
+  }
+  r->driver.reset();
+  r->mutator.reset();
+  r->done = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = true;  // a slot is free
+  cv_.notify_all();
 }
 
 }  // namespace kforge::coordinator

@@ -4,11 +4,18 @@
 // looks at the store every `scan_seconds` (and at once after a submit): it starts the waiting jobs
 // in priority order (then oldest first) while fewer than `max_running` run here and the tenant is
 // under its quota, and it takes over RUNNING or INTERRUPTED jobs whose lease is free, so a
-// restarted coordinator resumes its jobs and a standby takes a dead one's. Each job runs in a
-// JobRunner holding the job's lease in the store; with two coordinators each job is run by one.
+// restarted coordinator resumes its jobs and a standby takes a dead one's. Each job is a JobDriver
+// holding the job's lease in the store; with two coordinators each job is run by one.
 //
-// Not yet: an event loop (each running job has a thread), evaluations-per-hour quotas and
-// in-flight caps across a tenant's jobs, fair share between jobs beyond the running cap.
+// Running jobs cost no thread each: an event loop (Boost.Asio, `threads` threads) steps every
+// job's driver on the job's strand, at once while it has work and on a timer backing off to
+// `idle_poll_seconds` while it waits for results. A step that calls a model blocks its thread for
+// the call, so `threads` bounds the model calls in progress at once.
+//
+// Fair share: every running job keeps at most `slots` candidates (less with its own
+// max_in_flight) on the device class's stream, which the workers take in arrival order, so the
+// fleet's throughput divides evenly between running jobs whatever their budgets. A tenant's
+// quotas (in flight, evaluations per hour) apply through the DispatchGate.
 
 #include <atomic>
 #include <condition_variable>
@@ -18,6 +25,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/strand.hpp"
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -27,6 +39,7 @@
 #include "common/store/store.h"
 #include "kforge/v1/job.pb.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/job_driver.h"
 #include "services/coordinator/job_runner.h"
 
 namespace kforge::coordinator {
@@ -41,7 +54,11 @@ struct JobManagerOptions {
   double lease_seconds = 30;
   double scan_seconds = 2;
   std::string device_class;   // see JobRunnerOptions
+  bool in_order = false;      // see JobRunnerOptions; as results arrive, one slow result holds one slot
+  int threads = 4;            // event-loop threads stepping the running jobs
+  double idle_poll_seconds = 0.05;  // the longest a waiting job goes unpolled
   CoordinatorMetrics* metrics = nullptr;  // results and per-job gauges; null: none
+  DispatchGate* gate = nullptr;           // tenants' quotas; null: none
 };
 
 class JobManager {
@@ -52,10 +69,10 @@ class JobManager {
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
-  // Starts the scanner thread.
+  // Starts the event loop and the scanner.
   void Start();
   // Interrupts the jobs running here (they become INTERRUPTED: another coordinator, or this one
-  // restarted, resumes them) and joins every thread.
+  // restarted, resumes them), waits for them to write that, and joins every thread.
   void Stop();
 
   // Validates and stores a job (QUEUED) for `tenant`; a retried submit with the same idempotency
@@ -69,16 +86,29 @@ class JobManager {
   int RunningHere();
 
  private:
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   struct Running {
-    std::thread thread;
+    explicit Running(boost::asio::io_context& io) : strand(boost::asio::make_strand(io)), timer(strand) {}
+    std::string id;
+    std::string tenant;
+    v1::Problem problem;
+    Strand strand;
+    boost::asio::steady_timer timer;  // the next poll of a waiting job
+    double idle = 0;                  // the current poll interval; 0 while busy
     std::atomic<bool> stop{false};
     std::atomic<bool> done{false};
-    std::string tenant;
+    // Touched only on the strand.
+    std::shared_ptr<Mutator> mutator;
+    std::unique_ptr<JobDriver> driver;
   };
   void ScanLoop();
   void Scan();
   void StartJob(const v1::Job& job);
   void Reap();
+  // Event-loop handlers, each on the job's strand.
+  void BeginJob(const std::shared_ptr<Running>& r);
+  void StepJob(const std::shared_ptr<Running>& r);
+  void EndJob(const std::shared_ptr<Running>& r, const absl::Status& status);
 
   Store& store_;
   WorkQueue& queue_;
@@ -86,11 +116,14 @@ class JobManager {
   Clock& clock_;
   Logger log_;
   const JobManagerOptions options_;
+  boost::asio::io_context io_;
+  std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   bool wake_ = false;
-  std::map<std::string, std::unique_ptr<Running>> running_;  // by job id
+  std::map<std::string, std::shared_ptr<Running>> running_;  // by job id
   std::thread scanner_;
 };
 

@@ -1,10 +1,10 @@
 #pragma once
 
-// Runs one job to its end: proposes candidates through the mutator, dispatches them on the work
-// queue, ingests results idempotently into the store and the engine, and applies the budget and
-// stop rules. Steady state: it keeps `slots` candidates in flight. Results are ingested in
-// candidate order, and proposal k waits until candidate k - slots has been ingested, so the
-// sequence of candidates depends only on the problem, the seed and the mutator, not on timing.
+// Runs one job to its end on the calling thread: proposes candidates through the mutator,
+// dispatches them on the work queue, ingests results idempotently into the store and the engine,
+// and applies the budget and stop rules (a JobDriver, stepped with a wait). Steady state: it keeps
+// `slots` candidates in flight. By default results are ingested in candidate order, so the
+// sequence of candidates depends only on the problem, the seed and the mutator (job_driver.h).
 // The store is the source of truth: Run() on a job that was interrupted resumes it without
 // repeating or losing evaluations. When the queue reports that it lost what it held (Redis
 // restarted empty), every candidate without an evaluation is dispatched again.
@@ -36,6 +36,9 @@ struct JobRunnerOptions {
   int ingest_batch = 256;        // results stored in one transaction when they arrive together
   std::string device_class;      // work goes to StreamFor(problem, device_class); "" = any device
   ScreenOracle screen_oracle;    // benchmarks only: rank screened children by known costs
+  // Ingest results in candidate order (deterministic; one slow result holds the job back) or as
+  // they arrive (one slow result holds one slot). See job_driver.h.
+  bool in_order = true;
 };
 
 // What the progress callback sees after every ingested evaluation.
@@ -74,9 +77,6 @@ class JobRunner {
                                            const ProgressFn& progress = nullptr);
 
  private:
-  absl::StatusOr<v1::Job> RunLeased(const std::string& job_id, const JobLease& lease, const std::atomic<bool>& stop,
-                                    const ProgressFn& progress);
-
   Store& store_;
   WorkQueue& queue_;
   Mutator& mutator_;

@@ -86,6 +86,33 @@ class AdminTest : public ::testing::Test {
   TempDir dir_;
 };
 
+TEST_F(AdminTest, TenantQuotasAreSetListedAndChecked) {
+  RunResult r = Admin({"tenant-create", "acme", "--max-in-flight", "8", "--max-evaluations-per-hour", "500"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Admin({"tenant-quota", "acme", "--max-running-jobs", "2", "--max-in-flight", "0"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("max running jobs 2, max in flight -, max evaluations per hour 500"));
+  r = Admin({"tenant-list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("EVALS/HOUR"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("acme .* 2 +- +500"));
+  {
+    auto store = SqliteStore::Open(Db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto t = (*store)->GetTenant("acme");
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->quota().max_running_jobs(), 2);
+    EXPECT_EQ(t->quota().max_in_flight(), 0);
+    EXPECT_EQ(t->quota().max_evaluations_per_hour(), 500);
+  }
+  r = Admin({"tenant-quota", "acme", "--max-in-flight", "-1"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--max-in-flight must be in [0, 2147483647]"));
+  r = Admin({"tenant-quota", "nobody", "--max-in-flight", "1"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("no tenant nobody"));
+}
+
 TEST_F(AdminTest, TenantAndKeyLifecycle) {
   RunResult r = Admin({"tenant-create", "acme", "--display-name", "Acme Kernels"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);

@@ -1,0 +1,622 @@
+#include "services/coordinator/job_driver.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/dtype.h"
+#include "common/hash.h"
+#include "common/queue/stream.h"
+#include "common/status_macros.h"
+
+namespace kforge::coordinator {
+
+namespace {
+
+// Screening cost grows with the children offered (each is hashed and scored); past a few hundred
+// it buys nothing.
+int ScreenChildren(const v1::EvolutionConfig& c) { return c.screen_children() > 0 ? c.screen_children() : 16; }
+
+// A global draw (a share of the proposals, and a stalled search's explorations) when screening is
+// on: the mutator offers a wide random sample (32 per screened child, at most kMaxGlobalDraws) and
+// the screener picks from the whole space. Local search settles in whichever basin it reaches
+// first, and a few random points rarely land in the region of a narrow optimum; a model of the
+// whole job's timings does better (bench/README.md).
+constexpr int kMaxGlobalDraws = 512;
+// Each child carries its kernel source: a global draw's reply stays well under gRPC's 4 MiB
+// default message limit when the mutator is the remote proxy.
+constexpr size_t kMaxGlobalDrawBytes = size_t{1} << 20;
+int GlobalDrawCount(int screen_children, size_t source_bytes) {
+  const size_t by_size = kMaxGlobalDrawBytes / (source_bytes + 512);
+  return std::max(screen_children,
+                  static_cast<int>(std::min<size_t>(by_size, std::min(kMaxGlobalDraws, 32 * screen_children))));
+}
+
+// The most recent failed evaluations (not the worker's faults) the model's prompt shows.
+constexpr size_t kRecentFailures = 3;
+
+std::string CandidateId(const std::string& job_id, int64_t sequence) {
+  return absl::StrFormat("%s-c%06d", job_id, sequence);
+}
+
+}  // namespace
+
+bool IsTransientStoreError(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsAborted(st) ||
+         absl::IsResourceExhausted(st);
+}
+
+JobDriver::JobDriver(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log,
+                     JobRunnerOptions options, std::string job_id, ProgressFn progress, DispatchGate* gate)
+    : store_(store), queue_(queue), mutator_(mutator), clock_(clock), log_(std::move(log)),
+      options_(std::move(options)), job_id_(std::move(job_id)), progress_(std::move(progress)), gate_(gate) {}
+
+JobDriver::~JobDriver() { ReleaseGate(); }
+
+void JobDriver::ReleaseGate() {
+  if (gate_ != nullptr && gate_held_ > 0) gate_->Release(job_.spec().tenant(), gate_held_);
+  gate_held_ = 0;
+}
+
+double JobDriver::Elapsed() const { return resumed_elapsed_ + clock_.MonotonicSeconds() - start_; }
+
+v1::JobEvent JobDriver::Event() const {
+  v1::JobEvent ev;
+  ev.set_job_id(job_id_);
+  SetTimestamp(ev.mutable_time(), clock_.WallSeconds());
+  return ev;
+}
+
+// A conditional update: when the stored job moved on (a user cancelled it, say), read it again;
+// a job someone else ended stops the run, anything else is overwritten with this run's state.
+absl::Status JobDriver::SaveJob() {
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<int64_t> v = store_.UpdateJob(job_, fence_);
+    if (v.ok()) {
+      job_.set_version(*v);
+      return absl::OkStatus();
+    }
+    if (!absl::IsAborted(v.status()) || attempt > 0) return v.status();
+    KF_ASSIGN_OR_RETURN(v1::Job stored, store_.GetJob(job_id_));
+    if (IsFinalJobState(stored.state())) {
+      ended_elsewhere_ = std::move(stored);
+      return absl::OkStatus();
+    }
+    job_.set_version(stored.version());
+  }
+}
+
+absl::StatusOr<bool> JobDriver::Begin() {
+  KF_ASSIGN_OR_RETURN(job_, store_.GetJob(job_id_));
+  if (IsFinalJobState(job_.state())) {
+    final_ = job_;
+    return false;
+  }
+  // One driver at a time: every write carries this lease's token.
+  KF_ASSIGN_OR_RETURN(lease_, store_.ClaimJob(job_id_, options_.owner, options_.lease_seconds));
+  fence_ = lease_->token;
+  KF_ASSIGN_OR_RETURN(job_, store_.GetJob(job_id_));  // as of the claim
+  const v1::Problem& problem = job_.spec().problem();
+  stream_ = StreamFor(problem, options_.device_class);
+  const int per_job = job_.spec().evolution().max_in_flight();
+  slots_ = std::max(1, per_job > 0 ? std::min(options_.slots, per_job) : options_.slots);
+  engine_ = std::make_unique<EvolutionEngine>(job_.spec().seed(),
+                                              OptionsFromConfig(job_.spec().evolution(), job_.spec().budget()));
+  KF_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::Create(problem));
+  space_.emplace(std::move(space));
+  screener_ = std::make_unique<Screener>(*space_, ScreenerOptions{.oracle = options_.screen_oracle});
+  screen_children_ = ScreenChildren(job_.spec().evolution());
+
+  // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.
+  KF_ASSIGN_OR_RETURN(cands_, store_.ListCandidates(job_id_));
+  for (size_t i = 0; i < cands_.size(); ++i) {
+    index_[cands_[i].id()] = i;
+    seen_.insert(cands_[i].content_hash());
+  }
+  ingested_.assign(cands_.size(), false);
+  KF_ASSIGN_OR_RETURN(std::vector<v1::EvaluationResult> evals, store_.ListEvaluations(job_id_));
+  for (auto& e : evals) {
+    evaluated_.insert(e.candidate_id());
+    results_[e.candidate_id()] = std::move(e);
+  }
+  // The model totals are the sum of the job's model-call records, each written with its call: a
+  // crash between a call and the next checkpoint loses or double-counts nothing.
+  {
+    int64_t tokens = 0;
+    double cost = 0;
+    for (int64_t from = 1;;) {
+      KF_ASSIGN_OR_RETURN(std::vector<v1::ModelCall> calls, store_.ListModelCalls(job_id_, from, 1000));
+      for (const auto& c : calls) {
+        tokens += c.usage().input_tokens() + c.usage().output_tokens();
+        cost += c.usage().cost_usd();
+        from = c.sequence() + 1;
+      }
+      if (calls.size() < 1000) break;
+    }
+    job_.mutable_progress()->set_llm_tokens(tokens);
+    job_.mutable_progress()->set_llm_cost_usd(cost);
+  }
+  resumed_elapsed_ = job_.progress().elapsed_seconds();
+  start_ = clock_.MonotonicSeconds();
+
+  losses_ = queue_.DataLosses();
+  KF_RETURN_IF_ERROR(Redispatch());
+
+  job_.set_state(v1::JOB_STATE_RUNNING);
+  job_.clear_state_reason();
+  if (!job_.has_started_at()) SetTimestamp(job_.mutable_started_at(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(SaveJob());
+  if (ended_elsewhere_.has_value()) {
+    began_ = true;
+    return End();
+  }
+  log_->info("job={} running evaluations={} candidates={} slots={} in_order={} lease={}", job_id_, results_.size(),
+             cands_.size(), slots_, options_.in_order, fence_);
+
+  // What is in flight already (a resumed job's) counts at the gate, without asking.
+  if (const int64_t pending = static_cast<int64_t>(cands_.size() - evaluated_.size()); gate_ != nullptr && pending > 0) {
+    gate_->Add(job_.spec().tenant(), pending);
+    gate_held_ = pending;
+  }
+  // Rebuild the engine from the stored evaluations. In order, proposing at the same points as the
+  // original run (its proposals are the stored candidates); as they arrived, all of them first.
+  proposing_ = options_.in_order;
+  KF_RETURN_IF_ERROR(IngestReady(/*notify=*/false));
+  proposing_ = true;
+  renew_every_ = std::max(0.05, std::min(2.0, options_.lease_seconds / 3));
+  next_renewal_ = clock_.MonotonicSeconds() + renew_every_;
+  began_ = true;
+  return true;
+}
+
+v1::JobProgress JobDriver::ProgressNow() const {
+  v1::JobProgress p = job_.progress();
+  p.set_evaluations(ingested_count_);
+  p.set_in_flight(InFlight());
+  p.set_elapsed_seconds(Elapsed());
+  p.set_best_speedup(engine_->best() ? engine_->best()->fitness : 0);
+  p.set_evaluations_since_improvement(engine_->since_improvement());
+  p.clear_outcome_counts();
+  for (const auto& [k, v] : counts_) (*p.mutable_outcome_counts())[k] = v;
+  return p;
+}
+
+absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, bool notify) {
+  const v1::Candidate& c = cands_[index];
+  const double before = engine_->best() ? engine_->best()->fitness : 0;
+  engine_->Ingest(c, r);
+  screener_->Record(c, r);
+  if (!r.device().name().empty()) device_ = r.device();
+  if (r.outcome() != v1::OUTCOME_OK && r.outcome() != v1::OUTCOME_INFRA_ERROR) {
+    v1::ParentContext& f = failures_.emplace_back();
+    *f.mutable_candidate() = c;
+    *f.mutable_result() = r;
+    if (c.parent_ids_size() > 0) {
+      if (auto p = index_.find(c.parent_ids(0)); p != index_.end()) f.set_parent_source(cands_[p->second].source());
+    }
+    if (failures_.size() > kRecentFailures) failures_.pop_front();
+  }
+  ingested_[index] = true;
+  ++ingested_count_;
+  ++counts_[std::string(OutcomeName(r.outcome()))];
+  const bool improved = engine_->best() != nullptr && engine_->best()->fitness > before;
+  if (c.mutator() == v1::MUTATOR_KIND_SEED && r.outcome() == v1::OUTCOME_INFRA_ERROR) {
+    fail_reason_ = absl::StrCat("the seed could not be evaluated: ", r.message());
+  }
+  if (!notify) return absl::OkStatus();
+  if (improved) {
+    v1::JobEvent ev = Event();
+    *ev.mutable_improved() = c;
+    *ev.mutable_progress() = ProgressNow();
+    KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());
+  }
+  if (progress_) {
+    Progress p;
+    p.job = &job_;
+    p.evaluations = ingested_count_;
+    p.budget = job_.spec().budget().max_candidates();
+    p.in_flight = InFlight();
+    p.elapsed_seconds = Elapsed();
+    p.best_speedup = engine_->best() ? engine_->best()->fitness : 0;
+    p.improved = improved;
+    p.candidate = &c;
+    p.result = &r;
+    p.outcome_counts = counts_;
+    progress_(p);
+  }
+  // Checkpoint progress now and then, so that a killed run resumes with its elapsed time (the
+  // wall-time budget) and a watcher sees progress.
+  if (improved || ingested_count_ % 10 == 0) {
+    const v1::JobProgress now = ProgressNow();
+    *job_.mutable_progress() = now;
+    KF_RETURN_IF_ERROR(SaveJob());
+    if (ended_elsewhere_.has_value()) return absl::OkStatus();
+    if (!improved) {
+      v1::JobEvent ev = Event();  // progress only
+      *ev.mutable_progress() = now;
+      KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::IngestReady(bool notify) {
+  if (options_.in_order) {
+    while (ingested_prefix_ < cands_.size()) {
+      auto it = results_.find(cands_[ingested_prefix_].id());
+      if (it == results_.end()) break;
+      const v1::EvaluationResult r = std::move(it->second);
+      results_.erase(it);
+      const size_t index = ingested_prefix_++;
+      KF_RETURN_IF_ERROR(IngestOne(index, r, notify));
+      if (ended_elsewhere_.has_value()) return absl::OkStatus();
+      // Propose right after each ingestion, so proposal k always sees exactly the evaluations up
+      // to k - slots, however the results arrived.
+      if (proposing_) KF_RETURN_IF_ERROR(Fill());
+    }
+    return absl::OkStatus();
+  }
+  // As they arrived; a rebuild takes the stored ones in candidate order.
+  std::vector<std::pair<size_t, v1::EvaluationResult>> ready;
+  for (auto it = results_.begin(); it != results_.end();) {
+    auto at = index_.find(it->first);
+    if (at == index_.end()) {
+      ++it;  // a result for a candidate this driver has not read (cannot happen: the store checks)
+      continue;
+    }
+    ready.emplace_back(at->second, std::move(it->second));
+    it = results_.erase(it);
+  }
+  if (!notify) std::sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [index, r] : ready) {
+    KF_RETURN_IF_ERROR(IngestOne(index, r, notify));
+    if (ended_elsewhere_.has_value()) return absl::OkStatus();
+  }
+  while (ingested_prefix_ < cands_.size() && ingested_[ingested_prefix_]) ++ingested_prefix_;
+  return absl::OkStatus();
+}
+
+v1::EvaluationRequest JobDriver::RequestFor(const v1::Candidate& c) const {
+  v1::EvaluationRequest req;
+  req.set_request_id(c.id());
+  req.set_job_id(job_id_);
+  *req.mutable_problem() = job_.spec().problem();
+  *req.mutable_candidate() = c;
+  req.set_seed(job_.spec().seed());
+  return req;
+}
+
+// Candidates proposed but never evaluated (an interrupted run, or a queue that lost them):
+// dispatch again. Enqueue is idempotent, so one still queued is not doubled.
+absl::Status JobDriver::Redispatch() {
+  int n = 0;
+  for (const auto& c : cands_) {
+    if (evaluated_.contains(c.id())) continue;
+    KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, RequestFor(c)));
+    ++n;
+  }
+  if (n > 0) log_->info("job={} dispatched again candidates={}", job_id_, n);
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::RecordModelCalls(int64_t seq, const v1::MutateResponse& resp) {
+  // Model calls are paid for whether or not they produced a child: account for every one, keep
+  // each as a record, and keep the failure reason in the job's event log.
+  for (const auto& u : resp.usage()) {
+    auto* prog = job_.mutable_progress();
+    prog->set_llm_tokens(prog->llm_tokens() + u.input_tokens() + u.output_tokens());
+    prog->set_llm_cost_usd(prog->llm_cost_usd() + u.cost_usd());
+    v1::ModelCall call;
+    call.set_job_id(job_id_);
+    call.set_proposal(seq);
+    *call.mutable_usage() = u;
+    if (resp.children().empty()) call.set_message(resp.message());
+    SetTimestamp(call.mutable_time(), clock_.WallSeconds());
+    KF_RETURN_IF_ERROR(store_.AppendModelCall(std::move(call), fence_).status());
+  }
+  if (!resp.message().empty()) {
+    v1::JobEvent ev = Event();
+    ev.set_message(absl::StrCat("proposal ", seq, ": ", resp.message()));
+    KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());
+  }
+  return absl::OkStatus();
+}
+
+// Whether the job's model budget is spent (said once in the log when it first is).
+bool JobDriver::ModelBudgetSpent() {
+  const v1::Budget& budget = job_.spec().budget();
+  const bool spent = (budget.max_llm_tokens() > 0 && job_.progress().llm_tokens() >= budget.max_llm_tokens()) ||
+                     (budget.max_llm_cost_usd() > 0 && job_.progress().llm_cost_usd() >= budget.max_llm_cost_usd());
+  if (spent && !said_model_budget_) {
+    said_model_budget_ = true;
+    log_->info("job={} model budget spent tokens={} cost_usd={:.4f}: parametric mutations from here", job_id_,
+               job_.progress().llm_tokens(), job_.progress().llm_cost_usd());
+  }
+  return spent;
+}
+
+absl::Status JobDriver::Propose() {
+  const v1::Problem& problem = job_.spec().problem();
+  const v1::Budget& budget = job_.spec().budget();
+  const int64_t seq = static_cast<int64_t>(cands_.size());
+  v1::Candidate child;
+  if (seq == 0) {
+    auto params = space_->DefaultAssignment();
+    if (!params.has_value()) return absl::InvalidArgumentError("no param assignment satisfies the constraints");
+    child = MakeSeedCandidate(problem, *params);
+  } else {
+    Selection sel = engine_->Select(seq);
+    v1::MutateRequest req;
+    req.set_job_id(job_id_);
+    *req.mutable_problem() = problem;
+    req.set_seed(engine_->MutationSeed(seq));
+    // A model-backed mutator answers with one child whatever the count (and reads no strategy);
+    // the parametric one offers several, and the screener picks. A global draw always has a
+    // parent (the island's or the job's best). Without screening it is one random point: an
+    // exploration.
+    const bool global = sel.strategy == "global" && screen_children_ > 1;
+    req.set_count(global ? GlobalDrawCount(screen_children_, sel.parents.front()->candidate.source().size())
+                         : screen_children_);
+    req.set_strategy(sel.strategy == "global" && !global ? "explore" : sel.strategy);
+    if (mutator_.WantsSeenHashes()) {
+      for (const auto& h : seen_) req.add_seen_hashes(h);
+    }
+    if (sel.parents.empty()) {
+      // No candidate has succeeded yet: mutate the seed itself.
+      *req.add_parents()->mutable_candidate() = cands_.front();
+    }
+    for (const Member* m : sel.parents) {
+      auto* p = req.add_parents();
+      *p->mutable_candidate() = m->candidate;
+      *p->mutable_result() = m->result;
+    }
+    for (const Member* m : sel.inspirations) {
+      auto* p = req.add_inspirations();
+      *p->mutable_candidate() = m->candidate;
+      *p->mutable_result() = m->result;
+    }
+    // What went wrong lately (newest first), each with the parent it came from, so the model sees
+    // the change that failed.
+    for (auto it = failures_.rbegin(); it != failures_.rend(); ++it) *req.add_recent_failures() = *it;
+    if (!device_.name().empty()) *req.mutable_target_device() = device_;
+    // The model budget: once spent, the knob tuner carries on alone; until then, a call that could
+    // cross it is not made (the proxy checks its worst case against what is left).
+    if (ModelBudgetSpent()) {
+      req.set_preferred(v1::MUTATOR_KIND_PARAMETRIC);
+    } else {
+      if (budget.max_llm_tokens() > 0) req.set_llm_tokens_left(budget.max_llm_tokens() - job_.progress().llm_tokens());
+      if (budget.max_llm_cost_usd() > 0) {
+        req.set_llm_cost_usd_left(budget.max_llm_cost_usd() - job_.progress().llm_cost_usd());
+      }
+    }
+    KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
+                        mutator_.Mutate(req, [&](const std::string& h) { return seen_.contains(h); }));
+    KF_RETURN_IF_ERROR(RecordModelCalls(seq, resp));
+    if (resp.children().empty()) {
+      stop_reason_ = resp.message().empty() ? "the mutator proposed nothing" : resp.message();
+      return absl::OkStatus();
+    }
+    std::vector<const v1::Candidate*> offered;
+    for (const auto& c : resp.children()) offered.push_back(&c);
+    child = resp.children(screener_->Choose(offered, req.seed(), global ? ScreenScope::kGlobal : ScreenScope::kLocal));
+    child.set_island(sel.island);
+    int64_t gen = 0;
+    for (const Member* m : sel.parents) gen = std::max(gen, m->candidate.generation() + 1);
+    child.set_generation(gen);
+  }
+  child.set_id(CandidateId(job_id_, seq));
+  child.set_job_id(job_id_);
+  child.set_sequence(seq);
+  child.set_content_hash(HashCandidate(child));
+  SetTimestamp(child.mutable_created_at(), clock_.WallSeconds());
+  if (seen_.contains(child.content_hash())) {
+    stop_reason_ = "the mutator repeated a candidate";
+    return absl::OkStatus();
+  }
+  KF_ASSIGN_OR_RETURN(bool inserted, store_.InsertCandidate(child, fence_));
+  if (!inserted) return absl::InternalError(absl::StrCat("candidate ", child.id(), " already stored"));
+  seen_.insert(child.content_hash());
+  index_[child.id()] = cands_.size();
+  cands_.push_back(child);
+  ingested_.push_back(false);
+  return queue_.Enqueue(stream_, RequestFor(cands_.back()));
+}
+
+std::string JobDriver::BudgetReason() const {
+  const v1::Budget& budget = job_.spec().budget();
+  if (budget.max_candidates() > 0 && static_cast<int64_t>(cands_.size()) >= budget.max_candidates()) {
+    return "budget: max_candidates";
+  }
+  if (budget.max_wall_seconds() > 0 && Elapsed() >= budget.max_wall_seconds()) return "budget: max_wall_seconds";
+  if (budget.target_speedup() > 0 && engine_->best() && engine_->best()->fitness >= budget.target_speedup()) {
+    return "target speedup reached";
+  }
+  if (budget.patience() > 0 && engine_->since_improvement() >= budget.patience()) {
+    return absl::StrCat("patience: no improvement in ", budget.patience(), " evaluations");
+  }
+  return "";
+}
+
+absl::Status JobDriver::Fill() {
+  if (!fail_reason_.empty() || ended_elsewhere_.has_value()) return absl::OkStatus();
+  if (stop_reason_.empty()) stop_reason_ = BudgetReason();
+  // Propose while the pipeline has room (in order: candidate k waits for candidate k - slots),
+  // once the seed has been evaluated, and while the tenant's quotas admit more.
+  const auto room = [&] {
+    const int64_t done = options_.in_order ? static_cast<int64_t>(ingested_prefix_) : ingested_count_;
+    return static_cast<int64_t>(cands_.size()) - done < slots_ && (cands_.empty() || ingested_count_ > 0);
+  };
+  while (stop_reason_.empty() && room()) {
+    if (gate_ != nullptr) {
+      if (!gate_->TryAcquire(job_.spec().tenant())) break;
+      ++gate_held_;
+    }
+    const size_t before = cands_.size();
+    absl::Status st = Propose();
+    if (cands_.size() == before && gate_ != nullptr) {  // nothing went out: give the slot back
+      gate_->Release(job_.spec().tenant(), 1);
+      --gate_held_;
+    }
+    KF_RETURN_IF_ERROR(st);
+    busy_ = true;
+    if (stop_reason_.empty()) stop_reason_ = BudgetReason();
+  }
+  return absl::OkStatus();
+}
+
+// Ingests a batch of results: stored in one transaction, acknowledged once committed (a result the
+// store could not take now is left unacknowledged and comes back), then fed to the engine.
+absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
+  std::vector<v1::EvaluationResult> rs;
+  rs.reserve(batch.size());
+  for (const auto& d : batch) rs.push_back(d.result);
+  absl::StatusOr<std::vector<PutOutcome>> put = store_.PutEvaluations(job_id_, rs, fence_);
+  if (!put.ok()) {
+    if (!IsTransientStoreError(put.status())) return put.status();
+    log_->warn("job={} results={} not stored yet: {}", job_id_, rs.size(), put.status().message());
+    return absl::OkStatus();
+  }
+  int64_t stored = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const v1::EvaluationResult& r = batch[i].result;
+    if (absl::Status st = queue_.AckResult(job_id_, batch[i].ack_token); !st.ok()) {
+      // Harmless: the result comes back and is a duplicate then.
+      log_->warn("job={} cannot acknowledge the result for candidate={}: {}", job_id_, r.candidate_id(),
+                 st.message());
+    }
+    switch ((*put)[i]) {
+      case PutOutcome::kStored:
+        evaluated_.insert(r.candidate_id());
+        results_[r.candidate_id()] = std::move(batch[i].result);
+        ++stored;
+        break;
+      case PutOutcome::kDuplicate:
+        break;  // a redelivered result: already ingested or buffered
+      case PutOutcome::kUnknownCandidate:
+        log_->warn("job={} dropping a result for unknown candidate={}", job_id_, r.candidate_id());
+        break;
+    }
+  }
+  // A stored result's worker is free: its slot at the gate goes back, even when (in order) the
+  // result waits for an earlier one to be ingested.
+  if (gate_ != nullptr && stored > 0) {
+    const int64_t n = std::min(stored, gate_held_);
+    gate_->Release(job_.spec().tenant(), n);
+    gate_held_ -= n;
+  }
+  busy_ = true;
+  return IngestReady(/*notify=*/true);
+}
+
+bool JobDriver::Done() const {
+  return !fail_reason_.empty() || ended_elsewhere_.has_value() || interrupt_.load() ||
+         (ingested_count_ == static_cast<int64_t>(cands_.size()) && !stop_reason_.empty());
+}
+
+absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
+  if (final_.has_value()) return false;
+  if (!began_) return absl::FailedPreconditionError("JobDriver::Step before Begin");
+  busy_ = false;
+  if (Done()) return End();
+  if (clock_.MonotonicSeconds() >= next_renewal_) {
+    // Keeps the lease, and notices a job someone else ended (a user's cancel).
+    KF_RETURN_IF_ERROR(store_.RenewJobLease(job_id_, *lease_, options_.lease_seconds));
+    next_renewal_ = clock_.MonotonicSeconds() + renew_every_;
+    KF_ASSIGN_OR_RETURN(v1::Job stored, store_.GetJob(job_id_));
+    if (IsFinalJobState(stored.state())) {
+      ended_elsewhere_ = std::move(stored);
+      return End();
+    }
+  }
+  if (const int64_t now_losses = queue_.DataLosses(); now_losses != losses_) {
+    log_->warn("job={} the work queue lost its data: dispatching every unevaluated candidate again", job_id_);
+    losses_ = now_losses;
+    KF_RETURN_IF_ERROR(Redispatch());
+  }
+  KF_RETURN_IF_ERROR(Fill());
+  if (Done()) return End();
+  KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id_, wait_seconds));
+  if (!delivery.has_value()) return true;
+  std::vector<ResultDelivery> batch;
+  batch.push_back(*std::move(delivery));
+  // Whatever else has arrived goes into the same transaction.
+  while (static_cast<int>(batch.size()) < options_.ingest_batch) {
+    KF_ASSIGN_OR_RETURN(auto more, queue_.NextResult(job_id_, 0));
+    if (!more.has_value()) break;
+    batch.push_back(*std::move(more));
+  }
+  KF_RETURN_IF_ERROR(IngestBatch(batch));
+  KF_RETURN_IF_ERROR(Fill());
+  if (Done()) return End();
+  return true;
+}
+
+absl::StatusOr<bool> JobDriver::End() {
+  ReleaseGate();
+  if (ended_elsewhere_.has_value()) {
+    // Someone else ended the job (a user's cancel): its pending work goes, what was paid for stays.
+    log_->info("job={} ended elsewhere state={} reason=\"{}\"", job_id_, static_cast<int>(ended_elsewhere_->state()),
+               ended_elsewhere_->state_reason());
+    KF_RETURN_IF_ERROR(queue_.PurgeJob(job_id_));
+    KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id_, *lease_));
+    final_ = *ended_elsewhere_;
+    return false;
+  }
+  const bool interrupted = fail_reason_.empty() && interrupt_.load();
+  auto* prog = job_.mutable_progress();
+  *prog = ProgressNow();
+  if (engine_->best() != nullptr) {
+    *job_.mutable_best() = engine_->best()->candidate;
+    *job_.mutable_best_result() = engine_->best()->result;
+  }
+  if (!fail_reason_.empty()) {
+    job_.set_state(v1::JOB_STATE_FAILED);
+    job_.set_state_reason(fail_reason_);
+  } else if (interrupted) {
+    job_.set_state(v1::JOB_STATE_INTERRUPTED);
+    job_.set_state_reason("interrupted; resume to continue");
+  } else {
+    job_.set_state(v1::JOB_STATE_COMPLETED);
+    job_.set_state_reason(stop_reason_);
+  }
+  if (job_.state() != v1::JOB_STATE_INTERRUPTED) SetTimestamp(job_.mutable_finished_at(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(SaveJob());
+  if (ended_elsewhere_.has_value()) {
+    final_ = *ended_elsewhere_;
+    return false;
+  }
+  v1::JobEvent ev = Event();
+  ev.set_state_changed(job_.state());
+  *ev.mutable_progress() = *prog;
+  KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());
+  // A clean end: another coordinator (or a resumed run) may take the job at once.
+  KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id_, *lease_));
+  log_->info("job={} state={} reason=\"{}\" evaluations={} best={:.3f}", job_id_, static_cast<int>(job_.state()),
+             job_.state_reason(), ingested_count_, prog->best_speedup());
+  final_ = job_;
+  return false;
+}
+
+absl::StatusOr<v1::Job> JobDriver::Finish(const absl::Status& error) {
+  ReleaseGate();
+  if (error.ok()) {
+    if (!final_.has_value()) return absl::FailedPreconditionError("JobDriver::Finish before the job ended");
+    return *final_;
+  }
+  const absl::StatusCode code = error.code();
+  if (!lease_.has_value() || IsTransientStoreError(error) || code == absl::StatusCode::kFailedPrecondition ||
+      code == absl::StatusCode::kCancelled) {
+    return error;
+  }
+  KF_ASSIGN_OR_RETURN(v1::Job failed, store_.GetJob(job_id_));
+  failed.set_state(v1::JOB_STATE_FAILED);
+  failed.set_state_reason(std::string(error.message()));
+  SetTimestamp(failed.mutable_finished_at(), clock_.WallSeconds());
+  KF_RETURN_IF_ERROR(store_.UpdateJob(failed, fence_).status());
+  KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id_, *lease_));
+  log_->error("job={} failed: {}", job_id_, error.message());
+  return error;
+}
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,154 @@
+#pragma once
+
+// Drives one job in explicit steps: Begin (claim the job's lease, rebuild from the store, dispatch
+// again what was never evaluated), Step (keep the lease, propose while there is room, ingest the
+// results that arrived, apply the budget and stop rules) until the job ends, then Finish. A
+// blocking caller (JobRunner, the embedded run) steps it with a wait; the coordinator's event loop
+// steps many drivers with none, on a few threads.
+//
+// Ingestion order (JobRunnerOptions::in_order):
+// - in order (the embedded run): results are ingested in candidate order and proposal k waits
+//   until candidate k - slots has been ingested, so the candidates depend only on the problem,
+//   the seed and the mutator, not on timing; one slow result holds the job back;
+// - as they arrive (the cluster): a result frees its slot at once, so one lost or slow result
+//   holds one slot, not the job; the candidates then depend on the order results arrive in.
+// Either way each candidate ends with exactly one evaluation and the store is the truth: a driver
+// on an interrupted job resumes it without repeating or losing evaluations.
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/mutator.h"
+#include "common/param_space.h"
+#include "common/queue/work_queue.h"
+#include "common/store/store.h"
+#include "kforge/v1/job.pb.h"
+#include "services/coordinator/evolution_engine.h"
+#include "services/coordinator/job_runner.h"
+#include "services/coordinator/screener.h"
+
+namespace kforge::coordinator {
+
+// Admission of work across jobs (a tenant's in-flight and hourly quotas). A driver asks before
+// each dispatch and gives its slots back as results are stored or when it ends.
+class DispatchGate {
+ public:
+  virtual ~DispatchGate() = default;
+  // Whether one more candidate of `tenant` may be dispatched now; true counts it as in flight.
+  [[nodiscard]] virtual bool TryAcquire(const std::string& tenant) = 0;
+  // Candidates already in flight when a driver begins (a resumed job's): counted, never refused.
+  virtual void Add(const std::string& tenant, int64_t n) = 0;
+  // Candidates no longer in flight.
+  virtual void Release(const std::string& tenant, int64_t n) = 0;
+};
+
+// A store failure that may pass (the write is retried or the result comes back), as opposed to a
+// verdict on what was written.
+bool IsTransientStoreError(const absl::Status& status);
+
+class JobDriver {
+ public:
+  // `gate` may be null (no admission limits); it must outlive the driver.
+  JobDriver(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log, JobRunnerOptions options,
+            std::string job_id, ProgressFn progress = nullptr, DispatchGate* gate = nullptr);
+  ~JobDriver();
+  JobDriver(const JobDriver&) = delete;
+  JobDriver& operator=(const JobDriver&) = delete;
+
+  // Claims the job and rebuilds it. False: there is nothing to run (the job had already ended;
+  // Finish returns it). An error goes to Finish.
+  [[nodiscard]] absl::StatusOr<bool> Begin();
+  // One step, waiting up to `wait_seconds` for a result. False once the job has ended (its final
+  // state is written). An error goes to Finish.
+  [[nodiscard]] absl::StatusOr<bool> Step(double wait_seconds);
+  // Makes the next Step end the job as INTERRUPTED (resumable). Any thread.
+  void Interrupt() { interrupt_ = true; }
+  // Whether the last Step proposed or ingested anything (an event loop steps a busy job again at
+  // once and backs off from an idle one).
+  bool busy() const { return busy_; }
+  // The job as it ended; or, given the error Begin or Step returned, that error, after marking a
+  // job this driver cannot run (its problem is wrong, its data damaged) FAILED with the reason.
+  // Transient failures (the store or the queue away) and a lost lease leave it for a later run.
+  [[nodiscard]] absl::StatusOr<v1::Job> Finish(const absl::Status& error);
+
+  const std::string& job_id() const { return job_id_; }
+
+ private:
+  v1::JobEvent Event() const;
+  absl::Status SaveJob();
+  absl::Status IngestReady(bool notify);
+  absl::Status IngestOne(size_t index, const v1::EvaluationResult& r, bool notify);
+  v1::JobProgress ProgressNow() const;
+  v1::EvaluationRequest RequestFor(const v1::Candidate& c) const;
+  absl::Status Redispatch();
+  absl::Status RecordModelCalls(int64_t seq, const v1::MutateResponse& resp);
+  bool ModelBudgetSpent();
+  absl::Status Propose();
+  std::string BudgetReason() const;
+  absl::Status Fill();
+  absl::Status IngestBatch(std::vector<ResultDelivery>& batch);
+  bool Done() const;
+  absl::StatusOr<bool> End();
+  double Elapsed() const;
+  int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
+  void ReleaseGate();
+
+  Store& store_;
+  WorkQueue& queue_;
+  Mutator& mutator_;
+  Clock& clock_;
+  Logger log_;
+  const JobRunnerOptions options_;
+  const std::string job_id_;
+  ProgressFn progress_;
+  DispatchGate* gate_;
+
+  std::atomic<bool> interrupt_{false};
+  bool busy_ = false;
+  std::optional<JobLease> lease_;
+  int64_t fence_ = kNoFence;
+  bool began_ = false;          // rebuilt and RUNNING; Step may run
+  std::optional<v1::Job> final_;  // the job as it ended
+
+  v1::Job job_;
+  std::string stream_;
+  int slots_ = 1;
+  std::unique_ptr<EvolutionEngine> engine_;
+  std::optional<ParamSpace> space_;
+  std::unique_ptr<Screener> screener_;
+  int screen_children_ = 16;
+
+  std::vector<v1::Candidate> cands_;                       // in sequence order
+  std::map<std::string, size_t> index_;                    // candidate id -> position in cands_
+  std::map<std::string, v1::EvaluationResult> results_;    // stored, not yet ingested
+  std::set<std::string> evaluated_;                        // candidates with a stored evaluation
+  std::vector<bool> ingested_;                             // by position
+  size_t ingested_prefix_ = 0;                             // cands_[0, prefix) are all ingested
+  int64_t ingested_count_ = 0;
+  std::set<std::string> seen_;
+  std::deque<v1::ParentContext> failures_;                 // the most recent failed evaluations
+  v1::DeviceInfo device_;                                  // the device of the latest result
+  std::map<std::string, int64_t> counts_;
+  double resumed_elapsed_ = 0;
+  double start_ = 0;
+  std::string stop_reason_;
+  std::string fail_reason_;
+  std::optional<v1::Job> ended_elsewhere_;  // someone else ended the job (a user's cancel)
+  bool said_model_budget_ = false;
+  bool proposing_ = false;   // false while rebuilding an unordered job (nothing is proposed then)
+  int64_t losses_ = 0;
+  double renew_every_ = 2;
+  double next_renewal_ = 0;
+  int64_t gate_held_ = 0;    // candidates this driver counts as in flight at the gate
+};
+
+}  // namespace kforge::coordinator

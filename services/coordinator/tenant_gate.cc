@@ -1,0 +1,88 @@
+#include "services/coordinator/tenant_gate.h"
+
+namespace kforge::coordinator {
+
+namespace {
+constexpr double kHour = 3600;
+}  // namespace
+
+TenantGate::TenantGate(Store& store, Clock& clock, prometheus::Registry* registry, TenantGateOptions options)
+    : store_(store), clock_(clock), options_(options) {
+  if (registry != nullptr) {
+    auto& family = prometheus::BuildCounter()
+                       .Name("kforge_coordinator_dispatch_refused_total")
+                       .Help("Proposals held back because the tenant was at a quota, by quota")
+                       .Register(*registry);
+    refused_in_flight_ = &family.Add({{"quota", "max_in_flight"}});
+    refused_hourly_ = &family.Add({{"quota", "max_evaluations_per_hour"}});
+  }
+}
+
+TenantGate::State& TenantGate::Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock) {
+  const double now = clock_.MonotonicSeconds();
+  State& s = tenants_[tenant];  // std::map: the reference survives other insertions
+  if (s.read_at >= 0 && now - s.read_at < options_.refresh_seconds) return s;
+  s.read_at = now;  // one reader at a time; the others use the quota they have
+  lock.unlock();
+  absl::StatusOr<v1::Tenant> t = store_.GetTenant(tenant);
+  lock.lock();
+  if (t.ok()) {
+    s.quota = t->quota();
+  } else if (absl::IsNotFound(t.status())) {
+    s.quota.Clear();
+  }  // else: the store is away; keep the quota we had
+  return s;
+}
+
+void TenantGate::Trim(State& s, double now) {
+  while (!s.dispatches.empty() && now - s.dispatches.front() >= kHour) s.dispatches.pop_front();
+}
+
+bool TenantGate::TryAcquire(const std::string& tenant) {
+  std::unique_lock<std::mutex> lock(mu_);
+  State& s = Fresh(tenant, lock);
+  const double now = clock_.MonotonicSeconds();
+  if (s.quota.max_in_flight() > 0 && s.in_flight >= s.quota.max_in_flight()) {
+    if (refused_in_flight_ != nullptr) refused_in_flight_->Increment();
+    return false;
+  }
+  if (s.quota.max_evaluations_per_hour() > 0) {
+    Trim(s, now);
+    if (static_cast<int64_t>(s.dispatches.size()) >= s.quota.max_evaluations_per_hour()) {
+      if (refused_hourly_ != nullptr) refused_hourly_->Increment();
+      return false;
+    }
+    s.dispatches.push_back(now);
+  } else {
+    s.dispatches.clear();
+  }
+  ++s.in_flight;
+  return true;
+}
+
+void TenantGate::Add(const std::string& tenant, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tenants_[tenant].in_flight += n;
+}
+
+void TenantGate::Release(const std::string& tenant, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = tenants_[tenant];
+  s.in_flight = std::max<int64_t>(0, s.in_flight - n);
+}
+
+int64_t TenantGate::InFlight(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? 0 : it->second.in_flight;
+}
+
+int64_t TenantGate::DispatchedLastHour(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end()) return 0;
+  Trim(it->second, clock_.MonotonicSeconds());
+  return static_cast<int64_t>(it->second.dispatches.size());
+}
+
+}  // namespace kforge::coordinator

@@ -1,0 +1,63 @@
+#pragma once
+
+// A tenant's quotas on work, across all of its jobs running in this coordinator:
+// `max_in_flight` candidates in evaluation at once, and `max_evaluations_per_hour` candidates
+// dispatched in any sliding hour. A job over its tenant's quota proposes nothing and waits (its
+// wall-time budget keeps running); it resumes as the tenant's results come back or the hour
+// slides. Quotas are read from the store's tenant records and re-read every `refresh_seconds`, so
+// a changed quota applies without a restart. A tenant without a record (the embedded run's) has
+// no limits.
+//
+// Counted per coordinator: with several coordinators each applies the quota to the jobs it runs,
+// and a restarted coordinator starts a fresh hour.
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/clock.h"
+#include "common/store/store.h"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+#include "services/coordinator/job_driver.h"
+
+namespace kforge::coordinator {
+
+struct TenantGateOptions {
+  double refresh_seconds = 10;
+};
+
+class TenantGate final : public DispatchGate {
+ public:
+  // `registry` may be null (no metrics).
+  TenantGate(Store& store, Clock& clock, prometheus::Registry* registry, TenantGateOptions options = {});
+
+  bool TryAcquire(const std::string& tenant) override;
+  void Add(const std::string& tenant, int64_t n) override;
+  void Release(const std::string& tenant, int64_t n) override;
+
+  int64_t InFlight(const std::string& tenant);
+  int64_t DispatchedLastHour(const std::string& tenant);
+
+ private:
+  struct State {
+    int64_t in_flight = 0;
+    std::deque<double> dispatches;  // monotonic times, the last hour's (kept only under a quota)
+    v1::TenantQuota quota;
+    double read_at = -1;            // when the quota was read; < 0: never
+  };
+  // The tenant's state with a fresh enough quota. Reads the store without holding mu_.
+  State& Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock);
+  void Trim(State& s, double now);
+
+  Store& store_;
+  Clock& clock_;
+  const TenantGateOptions options_;
+  prometheus::Counter* refused_in_flight_ = nullptr;
+  prometheus::Counter* refused_hourly_ = nullptr;
+  std::mutex mu_;
+  std::map<std::string, State> tenants_;
+};
+
+}  // namespace kforge::coordinator
