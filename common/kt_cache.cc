@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_join.h"
+#include "common/hash.h"
 #include "nlohmann/json.hpp"
 
 namespace kforge {
@@ -79,14 +82,27 @@ absl::StatusOr<std::string> ReadMaybeGzipFile(const std::string& path) {
   return out;
 }
 
-std::optional<KtEntry> KtCache::Find(const ParamAssignment& a) const {
+namespace {
+
+// An assignment's values in `keys` order, comma-joined: a cache entry's key. Nullopt when a key is
+// missing from the assignment.
+std::optional<std::string> JoinedValues(const std::vector<std::string>& keys, const ParamAssignment& a) {
   std::vector<int64_t> vals;
+  vals.reserve(keys.size());
   for (const auto& k : keys) {
     auto it = a.find(k);
     if (it == a.end()) return std::nullopt;
     vals.push_back(it->second);
   }
-  auto it = entries.find(absl::StrJoin(vals, ","));
+  return absl::StrJoin(vals, ",");
+}
+
+}  // namespace
+
+std::optional<KtEntry> KtCache::Find(const ParamAssignment& a) const {
+  const std::optional<std::string> joined = JoinedValues(keys, a);
+  if (!joined.has_value()) return std::nullopt;
+  auto it = entries.find(*joined);
   if (it == entries.end()) return std::nullopt;
   return it->second;
 }
@@ -185,6 +201,33 @@ absl::StatusOr<ValidityFn> ReplayValidity(const v1::Problem& problem) {
   if (!cache.ok()) return cache.status();
   auto shared = std::make_shared<KtCache>(*std::move(cache));
   return ValidityFn([shared](const ParamAssignment& a) { return shared->Records(a); });
+}
+
+absl::StatusOr<RecordedSpace> RecordedSpaceOf(const v1::Problem& problem) {
+  if (problem.backend() != v1::BACKEND_REPLAY) return absl::InvalidArgumentError("not a replay problem");
+  absl::StatusOr<KtCache> cache = LoadKtCache(problem.replay().cache_path(), problem.replay().cache_file());
+  if (!cache.ok()) return cache.status();
+  RecordedSpace r;
+  r.params = cache->keys;
+  for (const auto& [joined, entry] : cache->entries) {
+    if (entry.recorded()) r.configurations.push_back(joined);
+  }
+  std::sort(r.configurations.begin(), r.configurations.end());
+  r.key = RecordedSpaceKey(r.params, r.configurations);
+  return r;
+}
+
+std::string RecordedSpaceKey(const std::vector<std::string>& params, const std::vector<std::string>& configurations) {
+  return Sha256Hex(absl::StrCat(absl::StrJoin(params, ","), "\n", absl::StrJoin(configurations, "\n")));
+}
+
+ValidityFn RecordedSpaceValidity(const std::vector<std::string>& params,
+                                 const std::vector<std::string>& configurations) {
+  auto set = std::make_shared<const absl::flat_hash_set<std::string>>(configurations.begin(), configurations.end());
+  return [params, set](const ParamAssignment& a) {
+    const std::optional<std::string> joined = JoinedValues(params, a);
+    return joined.has_value() && set->contains(*joined);
+  };
 }
 
 }  // namespace kforge

@@ -48,6 +48,19 @@ struct KtCache {
 // records (the cache is read once, here); for any other problem, nullptr (no restriction).
 [[nodiscard]] absl::StatusOr<ValidityFn> ReplayValidity(const v1::Problem& problem);
 
+// A replay problem's recorded space in a form that crosses the network: the parameter order, each
+// recorded configuration's values comma-joined in that order (sorted), and a key over both.
+struct RecordedSpace {
+  std::string key;
+  std::vector<std::string> params;
+  std::vector<std::string> configurations;
+};
+[[nodiscard]] absl::StatusOr<RecordedSpace> RecordedSpaceOf(const v1::Problem& problem);
+std::string RecordedSpaceKey(const std::vector<std::string>& params, const std::vector<std::string>& configurations);
+// The restriction set a recorded space describes.
+ValidityFn RecordedSpaceValidity(const std::vector<std::string>& params,
+                                 const std::vector<std::string>& configurations);
+
 // Errors name the file and what is malformed.
 [[nodiscard]] absl::StatusOr<KtCache> LoadKtCache(const std::string& path,
                                                    const std::string& display_name = "");

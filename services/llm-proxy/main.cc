@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
   // Mutations check for the stop often, and a model call is bounded by its provider's timeout:
   // the server's grace is short. The service's destructor then joins the worker threads.
   constexpr double kShutdownSeconds = 2;
+  // A request may carry a replay problem's recorded configurations (once per space): up to 64 MiB.
+  constexpr int kMaxReceiveBytes = 64 << 20;
   return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
                           registry, log, kShutdownSeconds,
-                          [&service] { service.BeginShutdown(); });
+                          [&service] { service.BeginShutdown(); }, kMaxReceiveBytes);
 }

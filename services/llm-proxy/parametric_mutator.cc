@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/kt_cache.h"
 
 namespace kforge::llm {
 
@@ -91,8 +92,11 @@ std::string SpaceKey(const v1::Problem& problem) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutator::SpaceFor(
-    const v1::Problem& problem) {
-  const std::string key = SpaceKey(problem);
+    const v1::MutateRequest& request) {
+  const v1::Problem& problem = request.problem();
+  const v1::ReplaySpace& replay = request.replay_space();
+  // A replay problem's recorded configurations are part of its space.
+  const std::string key = replay.key().empty() ? SpaceKey(problem) : absl::StrCat(SpaceKey(problem), "/", replay.key());
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = spaces_.find(key);
@@ -100,6 +104,18 @@ absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutato
       recent_.splice(recent_.begin(), recent_, it->second.recent);
       return it->second.space;
     }
+  }
+  ValidityFn recorded;
+  if (!replay.key().empty()) {
+    if (replay.configurations().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(kReplaySpaceUnknown, ": ", replay.key()));
+    }
+    const std::vector<std::string> params(replay.params().begin(), replay.params().end());
+    const std::vector<std::string> configurations(replay.configurations().begin(), replay.configurations().end());
+    if (RecordedSpaceKey(params, configurations) != replay.key()) {
+      return absl::InvalidArgumentError("replay_space.key is not the key of its params and configurations");
+    }
+    recorded = RecordedSpaceValidity(params, configurations);
   }
   // Parsed outside the lock: a large space does not hold up calls for other problems.
   auto space = ParamSpace::Create(problem);
@@ -113,7 +129,7 @@ absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutato
     favoured.push_back(FavouredPositions(p, ladders.back()));
   }
   auto shared = std::make_shared<const Space>(
-      Space{*std::move(space), std::move(ladders), std::move(favoured)});
+      Space{*std::move(space), std::move(ladders), std::move(favoured), std::move(recorded)});
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = spaces_.find(key); it != spaces_.end()) return it->second.space;  // raced: one wins
   recent_.push_front(key);
@@ -130,11 +146,12 @@ size_t ParametricMutator::cached_spaces() const {
   return spaces_.size();
 }
 
-bool ParametricMutator::Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
+bool ParametricMutator::Acceptable(const Space& s, const v1::Candidate& base, const ParamAssignment& a,
                                    const SeenFn& seen, std::string* hash) const {
-  auto valid = space.IsValid(a);
+  auto valid = s.space.IsValid(a);
   if (!valid.ok() || !*valid) return false;
   if (validity_ && !validity_(a)) return false;
+  if (s.recorded && !s.recorded(a)) return false;
   v1::Candidate probe = base;
   probe.clear_params();
   for (const auto& [k, v] : a) (*probe.mutable_params())[k] = v;
@@ -190,7 +207,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
     }
     if (next == *idx) continue;
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(space, parent, a, seen, &hash)) return a;
+    if (Acceptable(s, parent, a, seen, &hash)) return a;
   }
   // Systematic: every single-knob change at growing distance, in random order per distance.
   int max_n = 0;
@@ -209,7 +226,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
       std::vector<int> next = *idx;
       next[p] = v;
       ParamAssignment a = space.FromIndices(next);
-      if (Acceptable(space, parent, a, seen, &hash)) return a;
+      if (Acceptable(s, parent, a, seen, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -239,7 +256,7 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
       TowardFavoured(s.favoured[p], options_.power_of_two_jumps, &next[p], rng);
     }
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(space, parent, a, seen, &hash)) return a;
+    if (Acceptable(s, parent, a, seen, &hash)) return a;
   }
   return std::nullopt;
 }
@@ -266,7 +283,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
         a = space.FromIndices(*idx);
       }
     }
-    if (Acceptable(space, parent, a, seen, &hash)) return a;
+    if (Acceptable(s, parent, a, seen, &hash)) return a;
   }
   // Dense scan from a random offset: finds an unseen valid point whenever one exists.
   if (total <= options_.max_scan) {
@@ -275,7 +292,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
       // Millions of points may take seconds: stop when nobody waits for the answer.
       if (i % 1024 == 0 && cancelled()) return std::nullopt;
       ParamAssignment a = space.Decode((start + i) % total);
-      if (Acceptable(space, parent, a, seen, &hash)) return a;
+      if (Acceptable(s, parent, a, seen, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -286,10 +303,9 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
                                                                          const CancelledFn& cancelled) {
   if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
   if (req.count() < 0) return absl::InvalidArgumentError(absl::StrCat("count ", req.count(), " is negative"));
-  auto space_or = SpaceFor(req.problem());
+  auto space_or = SpaceFor(req);
   if (!space_or.ok()) return space_or.status();
   const Space& s = **space_or;
-  const ParamSpace& space = s.space;
   std::mt19937_64 rng(req.seed());
   std::uniform_real_distribution<double> u(0, 1);
   v1::MutateResponse resp;
@@ -316,7 +332,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
           a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
         }
         std::string hash;
-        if (Acceptable(space, p1, a, seen_all, &hash)) child = a;
+        if (Acceptable(s, p1, a, seen_all, &hash)) child = a;
       }
       note = "crossover";
     }

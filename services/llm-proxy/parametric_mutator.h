@@ -20,6 +20,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/param_space.h"
 #include "services/llm-proxy/cancellable_mutator.h"
 
@@ -50,6 +51,10 @@ struct ParametricOptions {
   size_t max_cached_spaces = 64;
 };
 
+// The FAILED_PRECONDITION message's start when a request names a replay space (by key) that this
+// mutator does not hold: the caller sends the request again with the configurations.
+inline constexpr absl::string_view kReplaySpaceUnknown = "replay space not held here";
+
 // Knobs with fewer power-of-two values (a tile of 1..4, a flag) step by positions only: a 3
 // between 2 and 4 is as likely a good value as either.
 inline constexpr int kMinPowerOfTwoLadder = 4;
@@ -73,9 +78,11 @@ class ParametricMutator final : public CancellableMutator {
     std::vector<std::vector<int>> ladders;
     // Per size knob, its ladder and range ends: random draws favour them (empty for other knobs).
     std::vector<std::vector<int>> favoured;
+    // A replay problem's recorded configurations (MutateRequest.replay_space); null: no restriction.
+    ValidityFn recorded;
   };
-  absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::Problem& problem);
-  bool Acceptable(const ParamSpace& space, const v1::Candidate& base, const ParamAssignment& a,
+  absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::MutateRequest& request);
+  bool Acceptable(const Space& s, const v1::Candidate& base, const ParamAssignment& a,
                   const SeenFn& seen, std::string* hash) const;
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
                                            const SeenFn& seen, const CancelledFn& cancelled,

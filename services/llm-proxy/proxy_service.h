@@ -8,9 +8,12 @@
 // full is answered RESOURCE_EXHAUSTED at once. A mutation stops early when its client has gone
 // (cancelled, or past its deadline) or the proxy shuts down.
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "common/kt_cache.h"
 #include "common/mutator.h"
 #include "grpcpp/grpcpp.h"
 #include "kforge/v1/llm_proxy.grpc.pb.h"
@@ -49,7 +52,9 @@ class LlmProxyServiceImpl final : public v1::LlmProxyService::CallbackService {
 };
 
 // Calls a remote proxy with a deadline. The proxy keeps no per-job state: the caller lists the seen
-// hashes in the request (WantsSeenHashes), and children seen meanwhile are dropped on return.
+// hashes in the request (WantsSeenHashes), and children seen meanwhile are dropped on return. A
+// replay problem's recorded configurations go along by key (read from its cache here, where the
+// problem was loaded), and in full only when the proxy does not hold them yet.
 class RemoteMutator final : public Mutator {
  public:
   RemoteMutator(std::shared_ptr<grpc::Channel> channel, double deadline_seconds);
@@ -57,8 +62,14 @@ class RemoteMutator final : public Mutator {
   bool WantsSeenHashes() const override { return true; }
 
  private:
+  absl::StatusOr<std::shared_ptr<const RecordedSpace>> RecordedSpaceFor(const v1::Problem& problem);
+  grpc::Status Call(const v1::MutateRequest& request, v1::MutateResponse* response);
+
   std::unique_ptr<v1::LlmProxyService::Stub> stub_;
   double deadline_seconds_;
+  std::mutex mu_;
+  // By problem content hash: the spaces of the problems this caller serves (a handful of jobs).
+  std::map<std::string, std::shared_ptr<const RecordedSpace>> spaces_;
 };
 
 }  // namespace kforge::llm

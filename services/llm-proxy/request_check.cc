@@ -100,6 +100,19 @@ absl::Status CheckMutateRequest(const v1::MutateRequest& req, const RequestLimit
   if (req.llm_cost_usd_left() < 0) return Bad("llm_cost_usd_left", "is negative");
   if (!req.has_problem()) return Bad("problem", "is missing");
   if (auto s = CheckRequestProblem(req.problem(), limits); !s.ok()) return s;
+  if (const v1::ReplaySpace& rs = req.replay_space(); !rs.key().empty() || rs.configurations_size() > 0) {
+    if (req.problem().backend() != v1::BACKEND_REPLAY) return Bad("replay_space", "is set on a problem that is not replay");
+    if (rs.key().size() != 64) return Bad("replay_space.key", "is not a sha256 in hex");
+    if (rs.configurations_size() > limits.max_replay_configurations) {
+      return Bad("replay_space.configurations", absl::StrCat("has ", rs.configurations_size(),
+                                                             " entries, above the proxy's limit of ",
+                                                             limits.max_replay_configurations));
+    }
+    if (rs.configurations_size() > 0 && rs.params_size() != req.problem().seed().params_size()) {
+      return Bad("replay_space.params", absl::StrCat("has ", rs.params_size(), " names for the problem's ",
+                                                     req.problem().seed().params_size(), " params"));
+    }
+  }
   if (req.parents().empty()) return Bad("parents", "is empty: mutate needs a parent (two for crossover)");
   if (req.parents_size() > 2) return Bad("parents", absl::StrCat("has ", req.parents_size(), " entries (one, or two for crossover)"));
   absl::flat_hash_set<std::string> knobs;

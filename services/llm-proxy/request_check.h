@@ -24,6 +24,8 @@ struct RequestLimits {
   int64_t max_total_values = 1 << 14;
   // One kernel source (the problem's reference and seed, a parent, an inspiration).
   int64_t max_source_bytes = int64_t{1} << 20;
+  // A replay problem's recorded configurations (replay_space), sent once per proxy and space.
+  int64_t max_replay_configurations = int64_t{1} << 20;
 };
 
 // OK, or INVALID_ARGUMENT naming the first field that is wrong ("problem.seed.params[2] 'TILE'

@@ -3,12 +3,14 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <set>
 #include <vector>
 
+#include "common/kt_cache.h"
 #include "common/launch.h"
 #include "common/param_space.h"
 #include "common/problem_loader.h"
@@ -17,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "services/llm-proxy/proxy_service.h"
+#include "tests/integration/replay_fixture.h"
 #include "tests/testutil/background_process.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
@@ -69,6 +72,82 @@ TEST(LlmProxyServiceTest, RemoteMutationsHonourTheSeenHashes) {
     EXPECT_TRUE(valid.ok() && *valid);
     seen.insert(c.content_hash());
   }
+  server->server->Shutdown();
+}
+
+// Counts the requests that carried a replay space's configurations.
+class SpaceCountingMutator final : public CancellableMutator {
+ public:
+  explicit SpaceCountingMutator(CancellableMutator& inner) : inner_(inner) {}
+  absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
+                                                       const CancelledFn& cancelled) override {
+    if (request.replay_space().configurations_size() > 0) ++with_configurations;
+    if (!request.replay_space().key().empty()) ++with_key;
+    return inner_.MutateCancellable(request, seen, cancelled);
+  }
+  std::atomic<int> with_configurations{0};
+  std::atomic<int> with_key{0};
+
+ private:
+  CancellableMutator& inner_;
+};
+
+// The proxy has no copy of a replay problem's cache: the recorded configurations cross once per
+// proxy and space, by key after that, and the parametric mutator proposes only those.
+TEST(LlmProxyServiceTest, AReplayProblemsRecordedSpaceCrossesOnceAndBoundsTheProposals) {
+  testing::TempDir dir;
+  auto problem = LoadProblem(testing::WriteSynthReplayProblem(dir));
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ParametricMutator parametric;
+  SpaceCountingMutator counting(parametric);
+  LlmProxyServiceImpl service(counting);
+  auto server = StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto space = ParamSpace::Create(*problem);
+  ASSERT_TRUE(space.ok()) << space.status();
+  v1::Candidate seed = MakeSeedCandidate(*problem, *space->DefaultAssignment());
+  seed.set_id("seed");
+  int children = 0;
+  for (int coordinator = 0; coordinator < 2; ++coordinator) {  // a second caller finds the space held
+    RemoteMutator remote(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port), grpc::InsecureChannelCredentials()), 10);
+    for (int i = 0; i < 20; ++i) {
+      v1::MutateRequest req;
+      *req.mutable_problem() = *problem;
+      *req.add_parents()->mutable_candidate() = seed;
+      req.set_seed(static_cast<uint64_t>(100 * coordinator + i + 1));
+      req.set_strategy("global");  // wide random samples: unrecorded points would show up
+      req.set_count(64);
+      auto r = remote.Mutate(req, [](const std::string&) { return false; });
+      ASSERT_TRUE(r.ok()) << r.status();
+      for (const auto& c : r->children()) {
+        const ParamAssignment a(c.params().begin(), c.params().end());
+        EXPECT_TRUE(cache->Records(a)) << "proposed an unrecorded configuration " << FormatParams(a);
+        ++children;
+      }
+    }
+  }
+  EXPECT_GT(children, 1000);
+  EXPECT_EQ(counting.with_configurations.load(), 1);
+  EXPECT_EQ(counting.with_key.load(), 41);  // 40 mutations, and the one the proxy asked to resend
+
+  // A key that does not match its configurations is refused, naming the field.
+  auto stub = v1::LlmProxyService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port), grpc::InsecureChannelCredentials()));
+  v1::MutateRequest bad;
+  *bad.mutable_problem() = *problem;
+  *bad.add_parents()->mutable_candidate() = seed;
+  bad.mutable_replay_space()->set_key(std::string(64, 'a'));
+  for (const auto& p : cache->keys) bad.mutable_replay_space()->add_params(p);
+  bad.mutable_replay_space()->add_configurations("1,32,0");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::MutateResponse resp;
+  grpc::Status st = stub->Mutate(&ctx, bad, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), ::testing::HasSubstr("replay_space.key"));
   server->server->Shutdown();
 }
 
