@@ -370,6 +370,11 @@ void ClientCommands::Register(CLI::App& app) {
         "--server", client_.server,
         absl::StrCat("coordinator host:port (default: $KFORGE_SERVER, else ", kDefaultServer, ")"));
     cmd->add_option("--token", client_.token, "API key (default: $KFORGE_TOKEN)");
+    cmd->add_option("--tls-ca", client_.tls.ca,
+                    "CA (PEM file) of a coordinator serving TLS (default: $KFORGE_TLS_CA; none: plaintext)");
+    cmd->add_option("--tls-cert", client_.tls.cert,
+                    "client certificate (PEM file) for a coordinator asking for one (default: $KFORGE_TLS_CERT)");
+    cmd->add_option("--tls-key", client_.tls.key, "its private key (PEM file; default: $KFORGE_TLS_KEY)");
   };
   submit_cmd_ =
       app.add_subcommand("submit", "submit a problem folder as a job to a kforge-coordinator");

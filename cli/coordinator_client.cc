@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
 #include "absl/strings/str_replace.h"
 
 namespace kforge::cli {
@@ -66,8 +67,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
   channel_args.SetMaxSendMessageSize(-1);
   channel_args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   channel_args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  auto channel =
-      grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), channel_args);
+  TlsClientFiles tls = args.tls;
+  tls.ca = from_env(tls.ca, "KFORGE_TLS_CA", "");
+  tls.cert = from_env(tls.cert, "KFORGE_TLS_CERT", "");
+  tls.key = from_env(tls.key, "KFORGE_TLS_KEY", "");
+  auto credentials = ChannelCredentialsFor(tls);
+  if (!credentials.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-ca/--tls-cert/--tls-key: ", absl::StrReplaceAll(credentials.status().message(),
+                                                                            {{"tls.", "--tls-"}})));
+  }
+  auto channel = grpc::CreateCustomChannel(server, *credentials, channel_args);
   return std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(server, token, std::move(channel)));
 }

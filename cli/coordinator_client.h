@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "kforge/v1/coordinator.grpc.pb.h"
 
@@ -20,9 +21,12 @@ inline constexpr double kRpcDeadlineSeconds = 10;
 
 // --server and --token; empty ones are taken from KFORGE_SERVER (else kDefaultServer) and
 // KFORGE_TOKEN (else no token: a coordinator with auth.required false).
+// --tls-ca / --tls-cert / --tls-key likewise from KFORGE_TLS_CA, KFORGE_TLS_CERT, KFORGE_TLS_KEY:
+// a coordinator serving TLS (server.tls), mutual TLS when it asks for a client certificate.
 struct ClientArgs {
   std::string server;
   std::string token;
+  TlsClientFiles tls;
 };
 
 class CoordinatorClient {

@@ -47,7 +47,12 @@ const char* StatusName(int status) {
 }  // namespace
 
 int HealthCommand(const HealthArgs& args) {
-  auto channel = grpc::CreateChannel(args.server, grpc::InsecureChannelCredentials());
+  auto credentials = ChannelCredentialsFor(args.tls);
+  if (!credentials.ok()) {
+    std::cerr << "kforge health: " << credentials.status().message() << "\n";
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(args.server, *credentials);
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +

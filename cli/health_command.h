@@ -7,12 +7,15 @@
 
 #include <string>
 
+#include "common/tls.h"
+
 namespace kforge::cli {
 
 struct HealthArgs {
   std::string server = "127.0.0.1:7070";
   std::string service;       // "" = the server as a whole
   double timeout_seconds = 3;
+  TlsClientFiles tls;        // a service serving TLS (server.tls)
 };
 
 int HealthCommand(const HealthArgs& args);

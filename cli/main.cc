@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
   run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");
   run->add_option("--llm-proxy", run_args.llm_proxy, "host:port of a kforge-llm-proxy to ask for mutations");
+  run->add_option("--llm-proxy-ca", run_args.llm_proxy_tls.ca, "CA (PEM file) of a proxy serving TLS");
+  run->add_option("--llm-proxy-cert", run_args.llm_proxy_tls.cert, "client certificate (PEM file), for mutual TLS");
+  run->add_option("--llm-proxy-key", run_args.llm_proxy_tls.key, "its private key (PEM file)");
+  run->add_option("--llm-proxy-token-file", run_args.llm_proxy_token_file,
+                  "file holding the proxy's bearer token (its auth.token_file)");
   run->add_option("--max-llm-tokens", run_args.max_llm_tokens, "model calls stop (the parametric mutator goes on) before this many tokens");
   run->add_option("--max-llm-cost", run_args.max_llm_cost, "model calls stop (the parametric mutator goes on) before this cost in USD");
   run->add_option("--queue", run_args.queue,
@@ -88,6 +93,9 @@ int main(int argc, char** argv) {
   auto* health = app.add_subcommand("health", "ask a kforge service whether it serves (gRPC health check)");
   health->add_option("--server", health_args.server, "the service's gRPC host:port (default 127.0.0.1:7070)");
   health->add_option("--service", health_args.service, "one service's name (default: the server as a whole)");
+  health->add_option("--tls-ca", health_args.tls.ca, "CA (PEM file) of a service serving TLS");
+  health->add_option("--tls-cert", health_args.tls.cert, "client certificate (PEM file), for mutual TLS");
+  health->add_option("--tls-key", health_args.tls.key, "its private key (PEM file)");
   health->add_option("--timeout", health_args.timeout_seconds, "seconds to wait for the answer (default 3)")
       ->check(CLI::PositiveNumber);
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
 #include "absl/strings/str_format.h"
 #include "cli/eval_command.h"
 #include "cli/report.h"
@@ -142,9 +143,16 @@ int RunJob(const RunArgs& args) {
   std::unique_ptr<coordinator::FallbackMutator> remote;
   if (!args.llm_proxy.empty()) {
     if (!args.llm_config.empty()) return BadInput("give --llm or --llm-proxy, not both");
+    auto credentials = ChannelCredentialsFor(args.llm_proxy_tls);
+    if (!credentials.ok()) {
+      return BadInput(absl::StrCat("--llm-proxy-ca/--llm-proxy-cert/--llm-proxy-key: ", credentials.status().message()));
+    }
+    absl::StatusOr<std::string> token =
+        args.llm_proxy_token_file.empty() ? std::string() : ReadTokenFile(args.llm_proxy_token_file);
+    if (!token.ok()) return BadInput(absl::StrCat("--llm-proxy-token-file: ", token.status().message()));
     remote = std::make_unique<coordinator::FallbackMutator>(
         std::make_shared<llm::RemoteMutator>(
-            grpc::CreateChannel(args.llm_proxy, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/600),
+            grpc::CreateChannel(args.llm_proxy, *credentials), /*deadline_seconds=*/600, *token),
         parametric, absl::StrCat("kforge-llm-proxy at ", args.llm_proxy), BreakerOptions{}, clock, log);
     mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
   }

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/tls.h"
+
 namespace kforge::cli {
 
 struct RunArgs {
@@ -24,6 +26,8 @@ struct RunArgs {
   bool quiet = false;
   std::string llm_config;      // LLM providers YAML; "" = parametric mutator only
   std::string llm_proxy;       // host:port of a kforge-llm-proxy to mutate remotely
+  TlsClientFiles llm_proxy_tls;       // --llm-proxy-ca/-cert/-key
+  std::string llm_proxy_token_file;   // --llm-proxy-token-file
   int64_t max_llm_tokens = 0;
   double max_llm_cost = 0;
   std::string queue;           // "" = in-process; redis://host:port[/db] = Redis Streams

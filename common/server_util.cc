@@ -16,12 +16,14 @@ namespace kforge {
 
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                               const std::vector<grpc::Service*>& services, int max_receive_bytes,
-                                              prometheus::Registry* registry) {
+                                              prometheus::Registry* registry,
+                                              std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer out;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &out.port);
+  builder.AddListeningPort(listen, credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+                           &out.port);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
   for (auto* s : services) builder.RegisterService(s);
   if (registry != nullptr) {
@@ -55,9 +57,9 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
 int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal,
-                     int max_receive_bytes) {
-  LogListenAddresses(listen, metrics_listen, log);
-  auto server = StartGrpcServer(listen, services, max_receive_bytes, registry.get());
+                     int max_receive_bytes, std::shared_ptr<grpc::ServerCredentials> credentials) {
+  LogListenAddresses(listen, metrics_listen, log, /*grpc_tls=*/credentials != nullptr);
+  auto server = StartGrpcServer(listen, services, max_receive_bytes, registry.get(), credentials);
   if (!server.ok()) {
     log->error("{}", server.status().message());
     return 1;
@@ -85,14 +87,17 @@ bool IsLoopbackAddress(const std::string& host_port) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log) {
-  log->info("binding grpc={} metrics={}", listen, metrics_listen);
-  for (const std::string* a : {&listen, &metrics_listen}) {
-    if (!IsLoopbackAddress(*a)) {
-      log->warn("{} is reachable from other machines and kforge has no authentication: until authentication "
-                "exists, protect this port (firewall, private network)",
-                *a);
-    }
+void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log,
+                        bool grpc_tls) {
+  log->info("binding grpc={} ({}) metrics={}", listen, grpc_tls ? "TLS" : "plaintext", metrics_listen);
+  if (!grpc_tls && !IsLoopbackAddress(listen)) {
+    log->warn("{} is reachable from other machines in plaintext: configure server.tls (and the service's "
+              "tokens), or protect this port (private network)",
+              listen);
+  }
+  if (!IsLoopbackAddress(metrics_listen)) {
+    log->warn("/metrics on {} is plain HTTP reachable from other machines: keep it on a private network",
+              metrics_listen);
   }
 }
 

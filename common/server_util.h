@@ -26,12 +26,12 @@ inline constexpr int kDefaultMaxReceiveBytes = 4 << 20;
 
 // Builds and starts a gRPC server on `listen` (host:port) serving `services`, plus the standard
 // health service and reflection; a larger message than `max_receive_bytes` is refused
-// (RESOURCE_EXHAUSTED). Insecure credentials: TLS terminates at the deployment's proxy.
+// (RESOURCE_EXHAUSTED). `credentials` (common/tls.h) default to plaintext.
 // With a registry, every finished RPC is counted (kforge_grpc_server_requests_total).
-[[nodiscard]] absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
-                                                            const std::vector<grpc::Service*>& services,
-                                                            int max_receive_bytes = kDefaultMaxReceiveBytes,
-                                                            prometheus::Registry* registry = nullptr);
+[[nodiscard]] absl::StatusOr<StartedServer> StartGrpcServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    int max_receive_bytes = kDefaultMaxReceiveBytes, prometheus::Registry* registry = nullptr,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 struct MetricsEndpoint {
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -50,14 +50,16 @@ struct MetricsEndpoint {
 int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr,
-                     int max_receive_bytes = kDefaultMaxReceiveBytes);
+                     int max_receive_bytes = kDefaultMaxReceiveBytes,
+                     std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 // Whether a listen address (host:port) is reachable from this machine only: 127.x.x.x, ::1,
 // localhost, or a unix: socket.
 bool IsLoopbackAddress(const std::string& host_port);
-// Logs the addresses a service binds, and warns for each one that is not loopback: kforge has
-// no authentication yet, so such a port must be protected by the deployment.
-void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log);
+// Logs the addresses a service binds, and warns for each one that is not loopback while it is
+// plaintext: the gRPC port without TLS, and /metrics (always plain HTTP).
+void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log,
+                        bool grpc_tls = false);
 
 // Blocks until SIGINT or SIGTERM; call BlockTerminationSignals() first, before any thread starts.
 void BlockTerminationSignals();

@@ -176,6 +176,11 @@ void AddServerFields(ConfigSchema& schema, ServerOptions& opts, absl::string_vie
     auto l = ParseLogLevel(opts.log_level);
     return l.ok() ? std::string() : std::string(l.status().message());
   });
+  schema.Add("server.tls.cert", &opts.tls.cert, "TLS certificate chain (PEM file) for the gRPC port; empty: plaintext",
+             [&opts] { return CheckTlsServerFiles(opts.tls); });
+  schema.Add("server.tls.key", &opts.tls.key, "the certificate's private key (PEM file)");
+  schema.Add("server.tls.client_ca", &opts.tls.client_ca,
+             "CA (PEM file) that signs the callers' certificates: mutual TLS, a caller without one is refused");
 }
 
 std::optional<int> LoadServiceConfigFromArgs(int argc, char** argv, absl::string_view name,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/tls.h"
 #include "common/yaml_reader.h"
 
 namespace kforge {
@@ -63,6 +64,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";          // gRPC host:port
   std::string metrics_listen = "127.0.0.1:0";  // Prometheus /metrics host:port
   std::string log_level = "info";
+  TlsServerFiles tls;  // server.tls.*: TLS, and mutual TLS with a client CA
 };
 void AddServerFields(ConfigSchema& schema, ServerOptions& opts, absl::string_view default_listen,
                      absl::string_view default_metrics);

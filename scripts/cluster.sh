@@ -11,6 +11,10 @@
 # asks models for mutations when PROVIDERS names an LLM config file (see README: model mutations),
 # for a share LLM_PROBABILITY (default 0.8) of them.
 #
+# TLS=1 secures every gRPC port with certificates made here (DIR/tls, a CA of its own): TLS with
+# client certificates (mutual TLS) on the coordinator and the llm-proxy, TLS on the workers' admin
+# ports, bearer tokens on the proxy and the workers, and the CLI's KFORGE_TLS_* in the lines printed.
+#
 # PostgreSQL refuses to run as root: as root the database runs as the user 'nobody'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +26,7 @@ WORKERS=${WORKERS:-2}
 PROMETHEUS=${PROMETHEUS:-1}
 SCRAPE_INTERVAL=${SCRAPE_INTERVAL:-5s}
 PROVIDERS=${PROVIDERS:-}
+TLS=${TLS:-0}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 as_db_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$@"; else "$@"; fi; }
@@ -53,6 +58,37 @@ mkdir -p "$DIR/problems" "$DIR/logs"
 chmod 755 "$DIR"
 PG_PORT=$(free_port); REDIS_PORT=$(free_port); COORD_PORT=$(free_port); PROXY_PORT=$(free_port)
 
+# TLS=1: a CA, a certificate for 127.0.0.1 that every service serves, a client certificate for the
+# coordinator and the CLI, and the proxy's and the workers' tokens.
+COORD_TLS="" PROXY_TLS="" WORKER_TLS="" COORD_PROXY_TLS="" PROXY_AUTH="" WORKER_AUTH="" CLI_TLS=""
+if [ "$TLS" = 1 ]; then
+  T="$DIR/tls"
+  mkdir -p "$T"
+  cert() {  # name subject [san] [signing-ca]
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$T/$1.key" 2>/dev/null
+    if [ -z "${4:-}" ]; then
+      openssl req -x509 -new -key "$T/$1.key" -out "$T/$1.pem" -days 30 -subj "$2" \
+        -addext basicConstraints=critical,CA:TRUE 2>/dev/null
+    else
+      openssl req -new -key "$T/$1.key" -out "$T/$1.csr" -subj "$2" ${3:+-addext "subjectAltName=$3"} 2>/dev/null
+      openssl x509 -req -in "$T/$1.csr" -CA "$T/$4.pem" -CAkey "$T/$4.key" -CAcreateserial -out "$T/$1.pem" \
+        -days 30 -copy_extensions copy 2>/dev/null
+    fi
+  }
+  [ -f "$T/ca.pem" ] || { cert ca "/CN=kforge cluster CA"; cert server "/CN=localhost" "IP:127.0.0.1,DNS:localhost" ca;
+                          cert client "/CN=kforge client" "" ca; }
+  ( umask 077; [ -f "$T/proxy-token" ] || openssl rand -hex 24 >"$T/proxy-token"
+    [ -f "$T/worker-token" ] || openssl rand -hex 24 >"$T/worker-token" )
+  SERVE="cert: \"$T/server.pem\", key: \"$T/server.key\""
+  COORD_TLS=", tls: {$SERVE, client_ca: \"$T/ca.pem\"}"
+  PROXY_TLS="$COORD_TLS"
+  WORKER_TLS=", tls: {$SERVE}"
+  COORD_PROXY_TLS=", tls: {ca: \"$T/ca.pem\", cert: \"$T/client.pem\", key: \"$T/client.key\"}, token_file: \"$T/proxy-token\""
+  PROXY_AUTH="auth: {token_file: \"$T/proxy-token\"}"
+  WORKER_AUTH="auth: {token_file: \"$T/worker-token\"}"
+  CLI_TLS=" KFORGE_TLS_CA=$T/ca.pem KFORGE_TLS_CERT=$T/client.pem KFORGE_TLS_KEY=$T/client.key"
+fi
+
 # PostgreSQL, in DIR/pg, owned by the user it runs as.
 if [ ! -d "$DIR/pg" ]; then
   mkdir -p "$DIR/pg"
@@ -73,14 +109,15 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break;
 QUEUE="redis://127.0.0.1:$REDIS_PORT"
 
 cat >"$DIR/coordinator.yaml" <<EOF
-server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:0"}
+server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:0"$COORD_TLS}
 store: {kind: postgres, url: "$DB"}
 queue: {kind: redis, url: "$QUEUE"}
-llm_proxy: {address: "127.0.0.1:$PROXY_PORT"}
+llm_proxy: {address: "127.0.0.1:$PROXY_PORT"$COORD_PROXY_TLS}
 jobs: {problems_dir: "$DIR/problems"}
 EOF
 cat >"$DIR/proxy.yaml" <<EOF
-server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:0"}
+server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:0"$PROXY_TLS}
+$PROXY_AUTH
 EOF
 [ -n "$PROVIDERS" ] &&
   echo "llm: {providers_file: \"$(realpath "$PROVIDERS")\", probability: ${LLM_PROBABILITY:-0.8}}" >>"$DIR/proxy.yaml"
@@ -90,7 +127,8 @@ echo $! >"$DIR/proxy.pid"
 echo $! >"$DIR/coordinator.pid"
 for i in $(seq 0 $((WORKERS - 1))); do
   cat >"$DIR/worker$i.yaml" <<EOF
-server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
+server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"$WORKER_TLS}
+$WORKER_AUTH
 worker: {id: "worker-$i", backends: "opencl,replay", slots: 1, replay_dirs: "$DIR/problems"}
 queue: {url: "$QUEUE", pull: true}
 EOF
@@ -141,7 +179,7 @@ EOF
 fi
 cat <<EOF
 kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers${PROM_PORT:+, Prometheus http://127.0.0.1:$PROM_PORT})
-  export KFORGE_SERVER=127.0.0.1:$COORD_PORT KFORGE_TOKEN=\$(cat $DIR/token)
+  export KFORGE_SERVER=127.0.0.1:$COORD_PORT KFORGE_TOKEN=\$(cat $DIR/token)$CLI_TLS
   $BUILD_DIR/cli/kforge submit examples/opencl/matmul --budget 20 --watch
   $0 stop $DIR
 EOF

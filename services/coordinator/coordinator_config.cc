@@ -23,6 +23,14 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
              "host:port of kforge-llm-proxy; empty runs the mutators in-process", [&opts] {
                return opts.llm_proxy_address.empty() ? std::string() : CheckHostPort(opts.llm_proxy_address);
              });
+  schema.Add("llm_proxy.tls.ca", &opts.llm_proxy_tls.ca,
+             "CA (PEM file) that signed the proxy's certificate: talk to it over TLS; empty: plaintext",
+             [&opts] { return CheckTlsClientFiles(opts.llm_proxy_tls); });
+  schema.Add("llm_proxy.tls.cert", &opts.llm_proxy_tls.cert,
+             "this coordinator's certificate (PEM file), for a proxy that asks for one (mutual TLS)");
+  schema.Add("llm_proxy.tls.key", &opts.llm_proxy_tls.key, "that certificate's private key (PEM file)");
+  schema.Add("llm_proxy.token_file", &opts.llm_proxy_token_file,
+             "file holding the proxy's bearer token (the proxy's auth.token_file); empty: none");
   schema.Add("auth.required", &opts.auth_required,
              "callers present a bearer token (kforge admin key-create); false: every caller is tenant 'default'");
   schema.Add("jobs.max_running", &opts.max_jobs_running, "jobs run at once; more wait queued",

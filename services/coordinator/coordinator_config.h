@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/service_config.h"
+#include "common/tls.h"
 
 namespace kforge::coordinator {
 
@@ -14,6 +15,8 @@ struct CoordinatorOptions {
   std::string queue_kind = "memory";      // memory | redis
   std::string queue_url = "redis://127.0.0.1:6379";
   std::string llm_proxy_address;          // host:port of kforge-llm-proxy; "" = in-process
+  TlsClientFiles llm_proxy_tls;           // llm_proxy.tls.*: the proxy's CA, and this coordinator's cert
+  std::string llm_proxy_token_file;       // the proxy's bearer token (its auth.token_file)
   bool auth_required = true;              // bearer tokens (API keys in the store) map to tenants
   int64_t max_jobs_running = 256;         // running jobs cost no thread (an event loop steps them)
   int64_t job_threads = 4;

@@ -20,6 +20,7 @@
 #include "common/queue/redis_queue.h"
 #include "common/queue/stream.h"
 #include "common/server_util.h"
+#include "common/tls.h"
 #include "common/store/metered_store.h"
 #include "common/store/open_store.h"
 #include "common/store/postgres_store.h"
@@ -58,6 +59,21 @@ int main(int argc, char** argv) {
                                           schema)) {
     return *rc;
   }
+  // Tenants authenticate with API keys in the store; the port itself may be TLS (server.tls).
+  auto security = LoadServerSecurity(opts.server.tls, /*token_file=*/"");
+  if (!security.ok()) {
+    std::cerr << "kforge-coordinator: " << security.status().message() << "\n";
+    return 2;
+  }
+  auto proxy_credentials = ChannelCredentialsFor(opts.llm_proxy_tls);
+  absl::StatusOr<std::string> proxy_token =
+      opts.llm_proxy_token_file.empty() ? std::string() : ReadTokenFile(opts.llm_proxy_token_file);
+  for (const absl::Status& st : {proxy_credentials.status(), proxy_token.status()}) {
+    if (!st.ok()) {
+      std::cerr << "kforge-coordinator: llm_proxy: " << st.message() << "\n";
+      return 2;
+    }
+  }
   BlockTerminationSignals();
   auto log = MakeLogger("coordinator", *ParseLogLevel(opts.server.log_level));
   RealClock clock;
@@ -93,8 +109,8 @@ int main(int argc, char** argv) {
   if (!opts.llm_proxy_address.empty()) {
     // The proxy for every job; when it fails, the job's in-process parametric mutator answers
     // until it is back (a breaker per job).
-    auto remote = std::make_shared<llm::RemoteMutator>(
-        grpc::CreateChannel(opts.llm_proxy_address, grpc::InsecureChannelCredentials()), /*deadline_seconds=*/120);
+    auto remote = std::make_shared<llm::RemoteMutator>(grpc::CreateChannel(opts.llm_proxy_address, *proxy_credentials),
+                                                       /*deadline_seconds=*/120, *proxy_token);
     mutators = [remote, &clock, log, address = opts.llm_proxy_address](
                    const v1::Problem& problem) -> absl::StatusOr<std::shared_ptr<Mutator>> {
       absl::StatusOr<std::shared_ptr<Mutator>> local = InProcessMutator(problem);
@@ -178,7 +194,7 @@ int main(int argc, char** argv) {
   constexpr int kMaxSubmitBytes = 72 << 20;
   const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
                                   registry, log, kShutdownSeconds, [&manager] { manager.Stop(); },
-                                  kMaxSubmitBytes);
+                                  kMaxSubmitBytes, security->credentials);
   manager.Stop();
   sampler.Stop();
   workers_stop = true;

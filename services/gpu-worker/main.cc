@@ -21,6 +21,7 @@
 #include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/server_util.h"
+#include "common/tls.h"
 #include "services/gpu-worker/worker_config.h"
 #include "services/gpu-worker/queue_worker.h"
 #include "services/gpu-worker/worker_service.h"
@@ -35,6 +36,11 @@ int main(int argc, char** argv) {
                                           "kforge GPU worker: compile, validate, benchmark", "KFORGE_WORKER",
                                           schema)) {
     return *rc;
+  }
+  auto security = LoadServerSecurity(opts.server.tls, opts.token_file);
+  if (!security.ok()) {
+    std::cerr << "kforge-gpu-worker: " << security.status().message() << "\n";
+    return 2;
   }
   BlockTerminationSignals();
   auto log = MakeLogger("gpu-worker", *ParseLogLevel(opts.server.log_level));
@@ -81,7 +87,7 @@ int main(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   worker::WorkerCore core(core_opts, evaluator, *registry, log);
   core.ProbeBackends();
-  worker::WorkerAdminServiceImpl service(core);
+  worker::WorkerAdminServiceImpl service(core, security->token);
   log->info("worker_id={}", opts.worker_id);
 
   // A fleet worker: one loop per slot pulls from the streams of the backends it serves, extending
@@ -151,7 +157,8 @@ int main(int argc, char** argv) {
                                       }
                                       evaluator.Interrupt();
                                     });
-                                  });
+                                  },
+                                  kDefaultMaxReceiveBytes, security->credentials);
   if (interrupter.joinable()) interrupter.join();
   stop_pulling = true;
   if (queue != nullptr) queue->Close();

@@ -41,6 +41,9 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
              "comma-separated extra paths a restricted sandbox may read (a driver installed elsewhere)");
   schema.Add("worker.replay_dirs", &opts.replay_dirs,
              "comma-separated folders replay problems' caches may be read from; empty = no replay caches");
+  schema.Add("auth.token_file", &opts.token_file,
+             "file holding the bearer token callers of the admin port (GetInfo, Drain, Evaluate) must present; "
+             "empty: no check");
   schema.Add("limits.max_buffer_mb", &opts.max_buffer_mb, "largest buffer of a request's problem, MB",
              [&opts] { return opts.max_buffer_mb >= 1 ? std::string() : std::string("must be >= 1"); });
   schema.Add("limits.max_problem_mb", &opts.max_problem_mb, "all buffers of one size set together, MB",

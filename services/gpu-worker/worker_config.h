@@ -22,7 +22,8 @@ struct WorkerOptions {
   std::string replay_dirs;                 // comma-separated folders replay caches may come from
   bool restrict_files = true;              // Landlock file jail for sandboxes
   std::string read_paths;                  // comma-separated extra paths sandboxes may read
-  int64_t max_buffer_mb = 1024;            // one buffer of a request's problem
+  int64_t max_buffer_mb = 1024;
+  std::string token_file;                  // auth.token_file: admin callers present this bearer token            // one buffer of a request's problem
   int64_t max_problem_mb = 4096;           // all buffers of one size set
   int64_t max_held_mb = 4096;              // inputs and reference outputs kept, all problems
   int64_t memory_limit_mb = 8192;          // sandbox address-space limit

@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "common/tls.h"
+
 namespace kforge::worker {
 
 grpc::Status ToGrpc(const absl::Status& st) {
@@ -11,16 +13,24 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 grpc::ServerUnaryReactor* WorkerAdminServiceImpl::GetInfo(grpc::CallbackServerContext* ctx,
                                                           const v1::GetInfoRequest*, v1::WorkerInfo* resp) {
-  *resp = core_.Info();
   auto* r = ctx->DefaultReactor();
+  if (grpc::Status auth = CheckBearerToken(*ctx, token_); !auth.ok()) {
+    r->Finish(auth);
+    return r;
+  }
+  *resp = core_.Info();
   r->Finish(grpc::Status::OK);
   return r;
 }
 
 grpc::ServerUnaryReactor* WorkerAdminServiceImpl::Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest*,
                                                         v1::DrainResponse* resp) {
-  resp->set_in_flight(core_.Drain());
   auto* r = ctx->DefaultReactor();
+  if (grpc::Status auth = CheckBearerToken(*ctx, token_); !auth.ok()) {
+    r->Finish(auth);
+    return r;
+  }
+  resp->set_in_flight(core_.Drain());
   r->Finish(grpc::Status::OK);
   return r;
 }
@@ -29,6 +39,10 @@ grpc::ServerUnaryReactor* WorkerAdminServiceImpl::Evaluate(grpc::CallbackServerC
                                                            const v1::EvaluationRequest* req,
                                                            v1::EvaluationResult* resp) {
   auto* r = ctx->DefaultReactor();
+  if (grpc::Status auth = CheckBearerToken(*ctx, token_); !auth.ok()) {
+    r->Finish(auth);
+    return r;
+  }
   // Evaluations take seconds: run off the gRPC callback thread. Slots bound the thread count.
   std::thread([this, req, resp, r] {
     auto result = core_.Evaluate(*req);

@@ -9,7 +9,8 @@ namespace kforge::worker {
 
 class WorkerAdminServiceImpl final : public v1::WorkerAdminService::CallbackService {
  public:
-  explicit WorkerAdminServiceImpl(WorkerCore& core) : core_(core) {}
+  // `token`: callers present "authorization: Bearer <token>"; "" = no check.
+  explicit WorkerAdminServiceImpl(WorkerCore& core, std::string token = "") : core_(core), token_(std::move(token)) {}
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest* req,
                                     v1::WorkerInfo* resp) override;
@@ -20,6 +21,7 @@ class WorkerAdminServiceImpl final : public v1::WorkerAdminService::CallbackServ
 
  private:
   WorkerCore& core_;
+  const std::string token_;
 };
 
 // absl -> gRPC status.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/server_util.h"
+#include "common/tls.h"
 #include "services/llm-proxy/llm_mutator.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "services/llm-proxy/proxy_config.h"
@@ -20,6 +21,11 @@ int main(int argc, char** argv) {
   if (auto rc = LoadServiceConfigFromArgs(argc, argv, "kforge-llm-proxy", "kforge LLM proxy: mutations by model or knob",
                                           "KFORGE_LLM_PROXY", schema)) {
     return *rc;
+  }
+  auto security = LoadServerSecurity(opts.server.tls, opts.token_file);
+  if (!security.ok()) {
+    std::cerr << "kforge-llm-proxy: " << security.status().message() << "\n";
+    return 2;
   }
   BlockTerminationSignals();
   auto log = MakeLogger("llm-proxy", *ParseLogLevel(opts.server.log_level));
@@ -60,9 +66,10 @@ int main(int argc, char** argv) {
   llm::LlmProxyServiceImpl service(
       mutator, {.threads = static_cast<int>(opts.threads),
                 .queue = static_cast<int>(opts.queue),
-                .limits = {.max_count = opts.max_count}});
-  log->info("threads={} queue={} max_count={} cached_spaces={}", opts.threads, opts.queue, opts.max_count,
-            opts.cached_spaces);
+                .limits = {.max_count = opts.max_count},
+                .token = security->token});
+  log->info("threads={} queue={} max_count={} cached_spaces={} token={}", opts.threads, opts.queue, opts.max_count,
+            opts.cached_spaces, security->token.empty() ? "none" : "required");
   // Mutations check for the stop often, and a model call is bounded by its provider's timeout:
   // the server's grace is short. The service's destructor then joins the worker threads.
   constexpr double kShutdownSeconds = 2;
@@ -70,5 +77,5 @@ int main(int argc, char** argv) {
   constexpr int kMaxReceiveBytes = 64 << 20;
   return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
                           registry, log, kShutdownSeconds,
-                          [&service] { service.BeginShutdown(); }, kMaxReceiveBytes);
+                          [&service] { service.BeginShutdown(); }, kMaxReceiveBytes, security->credentials);
 }

@@ -27,6 +27,8 @@ void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts) {
                           ? std::string()
                           : std::string("must be between 0 and 1");
              });
+  schema.Add("auth.token_file", &opts.token_file,
+             "file holding the bearer token callers (the coordinators) must present; empty: no check");
   schema.Add("proxy.threads", &opts.threads, "worker threads: mutations running at once",
              InRange(&opts.threads, 1, 1024));
   schema.Add("proxy.queue", &opts.queue,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
 #include "services/llm-proxy/parametric_mutator.h"
 
 namespace kforge::llm {
@@ -19,13 +20,18 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }  // namespace
 
 LlmProxyServiceImpl::LlmProxyServiceImpl(CancellableMutator& mutator, ProxyServiceOptions options)
-    : mutator_(mutator), limits_(options.limits), pool_(options.threads, options.queue) {}
+    : mutator_(mutator), limits_(options.limits), token_(std::move(options.token)),
+      pool_(options.threads, options.queue) {}
 
 LlmProxyServiceImpl::~LlmProxyServiceImpl() { Stop(); }
 
 grpc::ServerUnaryReactor* LlmProxyServiceImpl::Mutate(grpc::CallbackServerContext* ctx, const v1::MutateRequest* req,
                                                       v1::MutateResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status auth = CheckBearerToken(*ctx, token_); !auth.ok()) {
+    reactor->Finish(auth);
+    return reactor;
+  }
   if (pool_.stopping()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the llm proxy is shutting down"));
     return reactor;
@@ -68,8 +74,9 @@ grpc::ServerUnaryReactor* LlmProxyServiceImpl::Mutate(grpc::CallbackServerContex
   return reactor;
 }
 
-RemoteMutator::RemoteMutator(std::shared_ptr<grpc::Channel> channel, double deadline_seconds)
-    : stub_(v1::LlmProxyService::NewStub(std::move(channel))), deadline_seconds_(deadline_seconds) {}
+RemoteMutator::RemoteMutator(std::shared_ptr<grpc::Channel> channel, double deadline_seconds, std::string token)
+    : stub_(v1::LlmProxyService::NewStub(std::move(channel))), deadline_seconds_(deadline_seconds),
+      token_(std::move(token)) {}
 
 absl::StatusOr<std::shared_ptr<const RecordedSpace>> RemoteMutator::RecordedSpaceFor(const v1::Problem& problem) {
   // A handful of problems at a time; a coordinator serving many jobs reads a cache again after
@@ -92,6 +99,7 @@ grpc::Status RemoteMutator::Call(const v1::MutateRequest& request, v1::MutateRes
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(deadline_seconds_ * 1000)));
+  if (!token_.empty()) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token_));
   return stub_->Mutate(&ctx, request, response);
 }
 

@@ -27,6 +27,7 @@ struct ProxyServiceOptions {
   int threads = 8;  // mutations running at once (model calls take seconds each)
   int queue = 64;   // mutations waiting for a thread; beyond that, RESOURCE_EXHAUSTED
   RequestLimits limits;
+  std::string token;  // callers present "authorization: Bearer <token>"; "" = no check
 };
 
 class LlmProxyServiceImpl final : public v1::LlmProxyService::CallbackService {
@@ -48,6 +49,7 @@ class LlmProxyServiceImpl final : public v1::LlmProxyService::CallbackService {
  private:
   CancellableMutator& mutator_;
   const RequestLimits limits_;
+  const std::string token_;
   WorkerPool pool_;  // last: its threads stop before the members they use go
 };
 
@@ -57,7 +59,8 @@ class LlmProxyServiceImpl final : public v1::LlmProxyService::CallbackService {
 // problem was loaded), and in full only when the proxy does not hold them yet.
 class RemoteMutator final : public Mutator {
  public:
-  RemoteMutator(std::shared_ptr<grpc::Channel> channel, double deadline_seconds);
+  // `token`: the proxy's bearer token (auth.token_file there); "" = none.
+  RemoteMutator(std::shared_ptr<grpc::Channel> channel, double deadline_seconds, std::string token = "");
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
   bool WantsSeenHashes() const override { return true; }
 
@@ -67,6 +70,7 @@ class RemoteMutator final : public Mutator {
 
   std::unique_ptr<v1::LlmProxyService::Stub> stub_;
   double deadline_seconds_;
+  const std::string token_;
   std::mutex mu_;
   // By problem content hash: the spaces of the problems this caller serves (a handful of jobs).
   std::map<std::string, std::shared_ptr<const RecordedSpace>> spaces_;

@@ -1,9 +1,10 @@
-// The cluster as separate processes on loopback: PostgreSQL, Redis, kforge-coordinator and three
+// The cluster as separate processes on loopback: PostgreSQL, Redis, kforge-coordinator,
+// kforge-llm-proxy (mutual TLS and a token between it and the coordinator) and three
 // kforge-gpu-workers pulling from the queue. Three jobs from two tenants run while a worker is
-// killed mid-run, the coordinator restarts, Redis restarts without its data and PostgreSQL
-// restarts: every job completes, every candidate has exactly one evaluation in PostgreSQL, each
-// tenant sees only its own jobs, and bad tokens and a crafted problem are refused with every
-// process still up.
+// killed mid-run, the proxy is killed and restarted, the coordinator restarts, Redis restarts
+// without its data and PostgreSQL restarts: every job completes, every candidate has exactly one
+// evaluation in PostgreSQL, the proxy made mutations, each tenant sees only its own jobs, and bad
+// tokens and a crafted problem are refused with every process still up.
 
 #include <signal.h>
 
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +32,7 @@
 #include "tests/testutil/redis_server.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
+#include "tests/testutil/test_certs.h"
 
 namespace kforge::testing {
 namespace {
@@ -62,8 +65,42 @@ class ClusterTest : public ::testing::Test {
       files_[entry.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
     }
     problems_ = dir_.path() + "/problems";
+    auto certs = MakeTestCerts(dir_.path());
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = *certs;
+    proxy_token_file_ = dir_.Write("proxy-token", "e2e-proxy-token\n");
+    proxy_port_ = FreePort();
+    StartProxy();
     StartCoordinator();
     for (int i = 0; i < 3; ++i) workers_.push_back(StartWorker(i));
+  }
+
+  // On a fixed port, so that the coordinator finds it again after a restart.
+  void StartProxy() {
+    const std::string cfg = dir_.Write(
+        "proxy.yaml",
+        absl::StrCat("server: {listen: \"127.0.0.1:", proxy_port_,
+                     "\", metrics_listen: \"127.0.0.1:0\", log_level: warn,\n"
+                     "         tls: {cert: \"", certs_.server_cert, "\", key: \"", certs_.server_key,
+                     "\", client_ca: \"", certs_.ca, "\"}}\nauth: {token_file: \"", proxy_token_file_, "\"}\n"));
+    proxy_ = std::make_unique<BackgroundProcess>(BinaryDir() + "/services/llm-proxy/kforge-llm-proxy",
+                                                 std::vector<std::string>{"--config", cfg});
+    const std::string line = proxy_->WaitForLine("listening ", 30);
+    ASSERT_FALSE(line.empty()) << "the proxy did not start";
+    int grpc = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &grpc, &proxy_metrics_port_), 2) << line;
+  }
+
+  // Mutations the proxy has answered since it (re)started.
+  double ProxyMutations() {
+    const std::string text = HttpGet(proxy_metrics_port_, "/metrics");
+    double total = 0;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("kforge_llm_proxy_mutations_total{", 0) != 0) continue;
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return total;
   }
 
   void StartCoordinator() {
@@ -73,7 +110,9 @@ class ClusterTest : public ::testing::Test {
                      "store: {kind: postgres, url: \"",
                      postgres_.Url("cluster"), "\"}\nqueue: {kind: redis, url: \"", redis_.url(),
                      "\"}\nauth: {required: true}\njobs: {slots: 2, problems_dir: \"", problems_,
-                     "\"}\n"));
+                     "\"}\nllm_proxy: {address: \"127.0.0.1:", proxy_port_, "\", token_file: \"", proxy_token_file_,
+                     "\",\n  tls: {ca: \"", certs_.ca, "\", cert: \"", certs_.client_cert, "\", key: \"",
+                     certs_.client_key, "\"}}\n"));
     coordinator_ = std::make_unique<BackgroundProcess>(BinaryDir() + "/services/coordinator/kforge-coordinator",
                                                        std::vector<std::string>{"--config", cfg});
     const std::string line = coordinator_->WaitForLine("listening ", 30);
@@ -144,7 +183,12 @@ class ClusterTest : public ::testing::Test {
   std::map<std::string, std::string> files_;
   std::string problems_;
   std::unique_ptr<BackgroundProcess> coordinator_;
+  std::unique_ptr<BackgroundProcess> proxy_;
   std::vector<std::unique_ptr<BackgroundProcess>> workers_;
+  TestCerts certs_;
+  std::string proxy_token_file_;
+  int proxy_port_ = 0;
+  int proxy_metrics_port_ = 0;
   int port_ = 0;
   std::unique_ptr<v1::CoordinatorService::Stub> stub_;
 };
@@ -156,7 +200,11 @@ TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRes
   ASSERT_FALSE(a1.empty() || b1.empty() || a2.empty());
 
   WaitForEvaluations("team-a", a1, 20);
+  EXPECT_GT(ProxyMutations(), 0) << "the coordinator's proposals come from the proxy";
   workers_[0]->Kill(SIGKILL);  // mid-evaluation or between: its lease comes back either way
+  proxy_->Kill(SIGKILL);       // the jobs' own parametric mutators answer until it is back
+  WaitForEvaluations("team-a", a1, 40);
+  StartProxy();
   WaitForEvaluations("team-a", a1, 60);
   EXPECT_EQ(coordinator_->Kill(SIGTERM), 0) << "a clean shutdown";
   StartCoordinator();
@@ -223,6 +271,7 @@ TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRes
   EXPECT_EQ(stub_->SubmitJob(Ctx(tokens_["team-a"]).get(), bad, &resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(kill(coordinator_->pid(), 0), 0);
+  EXPECT_EQ(kill(proxy_->pid(), 0), 0);
   for (size_t i = 1; i < workers_.size(); ++i) EXPECT_EQ(kill(workers_[i]->pid(), 0), 0) << "worker " << i;
 }
 

@@ -377,8 +377,9 @@ TEST(ServiceConfigTest, Describe) {
   EXPECT_THAT(d, HasSubstr("jobs.max_running (env KFORGE_TEST_JOBS_MAX_RUNNING): jobs at once "
                            "[default 8]"));
   EXPECT_THAT(d, HasSubstr("compile-cache.dir (env KFORGE_TEST_COMPILE_CACHE_DIR)"));
-  // One line per key.
-  EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 8);
+  EXPECT_THAT(d, HasSubstr("server.tls.client_ca (env KFORGE_TEST_SERVER_TLS_CLIENT_CA)"));
+  // One line per key (the server's 3 + its 3 TLS files, and the test's own).
+  EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 11);
 }
 
 void RunArgs(Config& c, std::vector<std::string> args, std::optional<int>* rc) {
