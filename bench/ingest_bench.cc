@@ -5,7 +5,10 @@
 // PostgreSQL (as an unprivileged user when run as root) in temporary folders.
 //
 //   kforge-bench-ingest [--jobs 4] [--candidates 2000] [--workers 8] [--slots 16] [--rounds 3]
-//                       [--screen 1] [--json]
+//                       [--screen 1] [--in-order] [--json]
+//
+// Results are ingested as they arrive (the coordinator's way); --in-order ingests them in
+// candidate order (the embedded run's, deterministic).
 //
 // Reported per backend pair (medians over the rounds): results stored per second, the
 // coordinator process's CPU seconds per result (workers included; the servers are separate
@@ -96,6 +99,7 @@ struct Config {
   int slots = 16;
   int rounds = 3;
   int screen = 1;
+  bool in_order = false;
 };
 
 struct RoundResult {
@@ -166,6 +170,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
     coordinator::JobRunnerOptions ro;
     ro.slots = cfg.slots;
     ro.poll_seconds = 0.05;
+    ro.in_order = cfg.in_order;
     runners.push_back(std::make_unique<coordinator::JobRunner>(store, queue, *mutators.back(), clock, log, ro));
     v1::JobSpec spec;
     *spec.mutable_problem() = problem;
@@ -216,6 +221,7 @@ int main(int argc, char** argv) {
   app.add_option("--slots", cfg.slots, "candidates in flight per job");
   app.add_option("--rounds", cfg.rounds, "rounds per backend pair, interleaved");
   app.add_option("--screen", cfg.screen, "children the parametric mutator offers per proposal (1 = no screening)");
+  app.add_flag("--in-order", cfg.in_order, "ingest in candidate order (kforge run's way) instead of as results arrive");
   app.add_flag("--json", json, "print JSON");
   std::string only;
   app.add_option("--only", only, "run one pair: embedded or cluster (for profiling)")
@@ -297,8 +303,9 @@ int main(int argc, char** argv) {
 
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
-    std::printf("%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %d rounds (medians)\n",
-                cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen, cfg.rounds);
+    std::printf("%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %s, %d rounds (medians)\n",
+                cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen,
+                cfg.in_order ? "in order" : "as results arrive", cfg.rounds);
     std::printf("%-28s %12s %14s %12s %12s\n", "backends", "results/s", "CPU ms/result", "p50 ms", "p99 ms");
   }
   for (const Pair* p : {&embedded, &cluster}) {

@@ -33,7 +33,7 @@
 #include "services/gpu-worker/queue_worker.h"
 #include "services/llm-proxy/llm_mutator.h"
 #include "services/llm-proxy/parametric_mutator.h"
-#include "services/llm-proxy/proxy_service.h"
+#include "services/llm-proxy/client/remote_mutator.h"
 
 namespace kforge::cli {
 
@@ -105,7 +105,7 @@ int RunJob(const RunArgs& args) {
     auto redis = RedisWorkQueue::Connect(args.queue, ro, log);
     if (!redis.ok()) {
       if (absl::IsInvalidArgument(redis.status())) return BadInput(absl::StrCat("--queue: ", redis.status().message()));
-      std::cerr << "kforge run: --queue " << args.queue << ": " << redis.status().message() << "\n";
+      std::cerr << "kforge run: --queue " << RedactUrlPassword(args.queue) << ": " << redis.status().message() << "\n";
       return 1;
     }
     queue_owner = *std::move(redis);

@@ -6,6 +6,15 @@
 
 namespace kforge {
 
+std::string RedactUrlPassword(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
+  const size_t colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon) + url.substr(at);
+}
+
 Logger MakeLogger(absl::string_view component, spdlog::level::level_enum level) {
   auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   auto logger = std::make_shared<spdlog::logger>(std::string(component), std::move(sink));

@@ -23,6 +23,9 @@ struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
 
 namespace kforge {
 
+// A URL with its password (scheme://user:PASSWORD@host...) cut out, for logs and messages.
+std::string RedactUrlPassword(const std::string& url);
+
 using Logger = std::shared_ptr<spdlog::logger>;
 
 // A logger named after the component that writes "time level [component] message" to stderr.

@@ -13,7 +13,8 @@
 #
 # TLS=1 secures every gRPC port with certificates made here (DIR/tls, a CA of its own): TLS with
 # client certificates (mutual TLS) on the coordinator and the llm-proxy, TLS on the workers' admin
-# ports, bearer tokens on the proxy and the workers, and the CLI's KFORGE_TLS_* in the lines printed.
+# ports, bearer tokens on the proxy and the workers, a password on Redis (queue.password_file), and
+# the CLI's KFORGE_TLS_* in the lines printed.
 #
 # PostgreSQL refuses to run as root: as root the database runs as the user 'nobody'.
 set -euo pipefail
@@ -61,6 +62,7 @@ PG_PORT=$(free_port); REDIS_PORT=$(free_port); COORD_PORT=$(free_port); PROXY_PO
 # TLS=1: a CA, a certificate for 127.0.0.1 that every service serves, a client certificate for the
 # coordinator and the CLI, and the proxy's and the workers' tokens.
 COORD_TLS="" PROXY_TLS="" WORKER_TLS="" COORD_PROXY_TLS="" PROXY_AUTH="" WORKER_AUTH="" CLI_TLS=""
+QUEUE_AUTH="" REDIS_AUTH=()
 if [ "$TLS" = 1 ]; then
   T="$DIR/tls"
   mkdir -p "$T"
@@ -78,7 +80,10 @@ if [ "$TLS" = 1 ]; then
   [ -f "$T/ca.pem" ] || { cert ca "/CN=kforge cluster CA"; cert server "/CN=localhost" "IP:127.0.0.1,DNS:localhost" ca;
                           cert client "/CN=kforge client" "" ca; }
   ( umask 077; [ -f "$T/proxy-token" ] || openssl rand -hex 24 >"$T/proxy-token"
-    [ -f "$T/worker-token" ] || openssl rand -hex 24 >"$T/worker-token" )
+    [ -f "$T/worker-token" ] || openssl rand -hex 24 >"$T/worker-token"
+    [ -f "$T/redis-password" ] || openssl rand -hex 24 >"$T/redis-password" )
+  QUEUE_AUTH=", password_file: \"$T/redis-password\""
+  REDIS_AUTH=(--requirepass "$(cat "$T/redis-password")")
   SERVE="cert: \"$T/server.pem\", key: \"$T/server.key\""
   COORD_TLS=", tls: {$SERVE, client_ca: \"$T/ca.pem\"}"
   PROXY_TLS="$COORD_TLS"
@@ -102,16 +107,20 @@ as_db_user "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U kforge -d postgres -tAc 
   as_db_user "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U kforge -d postgres -qc "CREATE DATABASE kforge"
 DB="postgresql://kforge@127.0.0.1:$PG_PORT/kforge"
 
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes \
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes "${REDIS_AUTH[@]}" \
   --logfile "$DIR/logs/redis.log" --daemonize no >/dev/null 2>&1 </dev/null &
 echo $! >"$DIR/redis.pid"
-for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do
+  REDISCLI_AUTH=$( [ -f "$DIR/tls/redis-password" ] && [ "$TLS" = 1 ] && cat "$DIR/tls/redis-password" || true) \
+    redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+  sleep 0.1
+done
 QUEUE="redis://127.0.0.1:$REDIS_PORT"
 
 cat >"$DIR/coordinator.yaml" <<EOF
 server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:0"$COORD_TLS}
 store: {kind: postgres, url: "$DB"}
-queue: {kind: redis, url: "$QUEUE"}
+queue: {kind: redis, url: "$QUEUE"$QUEUE_AUTH}
 llm_proxy: {address: "127.0.0.1:$PROXY_PORT"$COORD_PROXY_TLS}
 jobs: {problems_dir: "$DIR/problems"}
 EOF
@@ -130,7 +139,7 @@ for i in $(seq 0 $((WORKERS - 1))); do
 server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"$WORKER_TLS}
 $WORKER_AUTH
 worker: {id: "worker-$i", backends: "opencl,replay", slots: 1, replay_dirs: "$DIR/problems"}
-queue: {url: "$QUEUE", pull: true}
+queue: {url: "$QUEUE", pull: true$QUEUE_AUTH}
 EOF
   "$BUILD_DIR/services/gpu-worker/kforge-gpu-worker" --config "$DIR/worker$i.yaml" >"$DIR/logs/worker$i.log" 2>&1 &
   echo $! >"$DIR/worker$i.pid"

@@ -180,24 +180,36 @@ void RedisWorkQueue::ContextDeleter::operator()(redisContext* c) const { redisFr
 absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
   absl::string_view rest = url;
   if (!absl::ConsumePrefix(&rest, "redis://")) {
-    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": expected redis://host:port[/db]"));
+    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url),
+                                                   "\": expected redis://[[user]:password@]host:port[/db]"));
   }
   RedisAddress a;
+  if (size_t at = rest.rfind('@'); at != absl::string_view::npos && at < rest.find('/')) {
+    const absl::string_view userinfo = rest.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    a.user = std::string(userinfo.substr(0, colon));
+    if (colon != absl::string_view::npos) a.password = std::string(userinfo.substr(colon + 1));
+    if (a.password.empty()) {  // redis://secret@host: the password alone
+      a.password = a.user;
+      a.user.clear();
+    }
+    rest.remove_prefix(at + 1);
+  }
   absl::string_view hostport = rest;
   if (size_t slash = rest.find('/'); slash != absl::string_view::npos) {
     hostport = rest.substr(0, slash);
     absl::string_view db = rest.substr(slash + 1);
     if (!db.empty() && (!absl::SimpleAtoi(db, &a.db) || a.db < 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": the database must be a number"));
+      return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": the database must be a number"));
     }
   }
   const size_t colon = hostport.rfind(':');
   a.host = std::string(hostport.substr(0, colon));
   if (colon != absl::string_view::npos &&
       (!absl::SimpleAtoi(hostport.substr(colon + 1), &a.port) || a.port <= 0 || a.port > 65535)) {
-    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": bad port"));
+    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": bad port"));
   }
-  if (a.host.empty()) return absl::InvalidArgumentError(absl::StrCat("queue URL \"", url, "\": no host"));
+  if (a.host.empty()) return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": no host"));
   return a;
 }
 
@@ -209,6 +221,7 @@ absl::StatusOr<std::unique_ptr<RedisWorkQueue>> RedisWorkQueue::Connect(const st
       !(options.queue.result_redelivery_seconds > 0)) {
     return absl::InvalidArgumentError("queue options: lease and redelivery must be positive, max_deliveries >= 1");
   }
+  if (!options.password.empty()) address->password = options.password;
   std::unique_ptr<RedisWorkQueue> q(new RedisWorkQueue(*std::move(address), std::move(options), std::move(log)));
   auto ping = q->Command({"PING"});
   if (!ping.ok()) return ping.status();
@@ -233,6 +246,19 @@ absl::StatusOr<RedisWorkQueue::Context> RedisWorkQueue::NewConnection() {
     return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port, ": ", c->errstr));
   }
   redisSetTimeout(c.get(), tv(options_.io_timeout_seconds + kSliceSeconds));
+  if (!address_.password.empty()) {
+    Reply r(static_cast<redisReply*>(
+        address_.user.empty()
+            ? redisCommand(c.get(), "AUTH %b", address_.password.data(), address_.password.size())
+            : redisCommand(c.get(), "AUTH %b %b", address_.user.data(), address_.user.size(),
+                           address_.password.data(), address_.password.size())));
+    if (r == nullptr) return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port, ": AUTH got no answer"));
+    if (r->type == REDIS_REPLY_ERROR) {
+      // The server's words (WRONGPASS, ...) name no secret.
+      return absl::UnauthenticatedError(
+          absl::StrCat("redis at ", address_.host, ":", address_.port, ": AUTH refused: ", std::string(r->str, r->len)));
+    }
+  }
   if (address_.db != 0) {
     const std::string db = absl::StrCat(address_.db);
     Reply r(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %s", db.c_str())));
@@ -249,6 +275,11 @@ absl::StatusOr<RedisWorkQueue::Context> RedisWorkQueue::NewConnection() {
   Reply set(static_cast<redisReply*>(redisCommand(c.get(), "SET %b %b NX", key.data(), key.size(), fresh.data(),
                                                   fresh.size())));
   Reply get(static_cast<redisReply*>(redisCommand(c.get(), "GET %b", key.data(), key.size())));
+  if (get != nullptr && get->type == REDIS_REPLY_ERROR && absl::StartsWith(Str(*get), "NOAUTH")) {
+    return absl::UnauthenticatedError(absl::StrCat("redis at ", address_.host, ":", address_.port,
+                                                   " wants a password: give queue.password_file (or "
+                                                   "redis://:PASSWORD@host:port)"));
+  }
   if (set == nullptr || get == nullptr || get->type != REDIS_REPLY_STRING) {
     return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port,
                                                ": cannot read the epoch marker"));
@@ -294,6 +325,8 @@ absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<
       auto made = NewConnection();
       if (made.ok()) {
         c = *std::move(made);
+      } else if (absl::IsUnauthenticated(made.status())) {
+        return made.status();  // a password does not become right by waiting
       } else {
         last_error = std::string(made.status().message());
       }

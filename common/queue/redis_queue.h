@@ -48,17 +48,22 @@ namespace kforge {
 struct RedisQueueOptions {
   WorkQueueOptions queue;
   std::string key_prefix = "kforge:";
+  // AUTH with this password (a server with requirepass or ACL users); overrides the URL's, which
+  // would show in process listings. Never logged.
+  std::string password;
   std::string coordinator = "coordinator";     // this process's consumer name for results
   double reconnect_timeout_seconds = 10;       // then a call fails as Unavailable
   double io_timeout_seconds = 5;               // one command's socket timeout
   double candidate_key_ttl_seconds = 7 * 24 * 3600;
 };
 
-// host, port and database of a `redis://host:port[/db]` URL.
+// host, port, database and credentials of a `redis://[[user]:password@]host:port[/db]` URL.
 struct RedisAddress {
   std::string host;
   int port = 6379;
   int db = 0;
+  std::string user;      // an ACL user (Redis 6+); "" = the default user
+  std::string password;  // "" = no AUTH
 };
 [[nodiscard]] absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url);
 

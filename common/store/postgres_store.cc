@@ -79,15 +79,6 @@ constexpr int64_t kMigrationLock = 0x6b666f7267650001;
 
 }  // namespace
 
-std::string RedactUrlPassword(const std::string& url) {
-  const size_t scheme = url.find("://");
-  const size_t at = url.find('@');
-  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
-  const size_t colon = url.find(':', scheme + 3);
-  if (colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon) + url.substr(at);
-}
-
 namespace {
 
 std::string Bytes(const pqxx::field& f) { return pqxx::binarystring(f).str(); }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/store/store.h"
 
 namespace kforge {
@@ -101,7 +102,5 @@ class PostgresStore final : public Store {
 // Whether a --db value names a PostgreSQL database rather than a SQLite file.
 bool IsPostgresUrl(const std::string& db);
 
-// The URL without its password ("postgresql://u:secret@h/db" -> "postgresql://u@h/db"), for logs.
-std::string RedactUrlPassword(const std::string& url);
 
 }  // namespace kforge

@@ -18,7 +18,9 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
                ? std::string()
                : absl::StrCat("unknown queue kind '", opts.queue_kind, "' (expected memory or redis)");
   });
-  schema.Add("queue.url", &opts.queue_url, "redis://host:port of the work queue");
+  schema.Add("queue.url", &opts.queue_url, "redis://[[user]:password@]host:port[/db] of the work queue");
+  schema.Add("queue.password_file", &opts.queue_password_file,
+             "file holding the Redis password (requirepass or the URL's ACL user's); overrides the URL's");
   schema.Add("llm_proxy.address", &opts.llm_proxy_address,
              "host:port of kforge-llm-proxy; empty runs the mutators in-process", [&opts] {
                return opts.llm_proxy_address.empty() ? std::string() : CheckHostPort(opts.llm_proxy_address);

@@ -14,6 +14,7 @@ struct CoordinatorOptions {
   std::string store_url = "kforge.db";    // file path or postgresql:// URL
   std::string queue_kind = "memory";      // memory | redis
   std::string queue_url = "redis://127.0.0.1:6379";
+  std::string queue_password_file;
   std::string llm_proxy_address;          // host:port of kforge-llm-proxy; "" = in-process
   TlsClientFiles llm_proxy_tls;           // llm_proxy.tls.*: the proxy's CA, and this coordinator's cert
   std::string llm_proxy_token_file;       // the proxy's bearer token (its auth.token_file)

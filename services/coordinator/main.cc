@@ -35,7 +35,7 @@
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/queue_worker.h"
 #include "services/llm-proxy/parametric_mutator.h"
-#include "services/llm-proxy/proxy_service.h"
+#include "services/llm-proxy/client/remote_mutator.h"
 
 namespace {
 
@@ -95,10 +95,19 @@ int main(int argc, char** argv) {
     RedisQueueOptions ro;
     ro.queue.lease_seconds = kLeaseSeconds;
     ro.coordinator = opts.owner.empty() ? "coordinator" : opts.owner;
+    if (!opts.queue_password_file.empty()) {
+      auto password = ReadTokenFile(opts.queue_password_file);
+      if (!password.ok()) {
+        std::cerr << "kforge-coordinator: queue.password_file: " << password.status().message() << "\n";
+        return 2;
+      }
+      ro.password = *std::move(password);
+    }
     auto redis = RedisWorkQueue::Connect(opts.queue_url, ro, log);
     if (!redis.ok()) {
-      std::cerr << "kforge-coordinator: queue " << opts.queue_url << ": " << redis.status().message() << "\n";
-      return 1;
+      std::cerr << "kforge-coordinator: queue " << RedactUrlPassword(opts.queue_url) << ": " << redis.status().message()
+                << "\n";
+      return absl::IsInvalidArgument(redis.status()) || absl::IsUnauthenticated(redis.status()) ? 2 : 1;
     }
     queue = *std::move(redis);
   } else {

@@ -98,10 +98,19 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop_pulling{false};
   if (opts.queue_pull) {
     RedisQueueOptions ro;
+    if (!opts.queue_password_file.empty()) {
+      auto password = ReadTokenFile(opts.queue_password_file);
+      if (!password.ok()) {
+        std::cerr << "kforge-gpu-worker: queue.password_file: " << password.status().message() << "\n";
+        return 2;
+      }
+      ro.password = *std::move(password);
+    }
     auto q = RedisWorkQueue::Connect(opts.queue_url, ro, log);
     if (!q.ok()) {
-      std::cerr << "kforge-gpu-worker: queue " << opts.queue_url << ": " << q.status().message() << "\n";
-      return absl::IsInvalidArgument(q.status()) ? 2 : 1;
+      std::cerr << "kforge-gpu-worker: queue " << RedactUrlPassword(opts.queue_url) << ": " << q.status().message()
+                << "\n";
+      return absl::IsInvalidArgument(q.status()) || absl::IsUnauthenticated(q.status()) ? 2 : 1;
     }
     queue = *std::move(q);
     leased = std::make_unique<LeaseExtendingQueue>(*queue, ro.queue.lease_seconds / 3, log);
@@ -111,7 +120,7 @@ int main(int argc, char** argv) {
       p.set_backend(b);
       streams.push_back(StreamFor(p, opts.device_class));
     }
-    log->info("pulling from {} streams={} slots={}", opts.queue_url, absl::StrJoin(streams, ","), opts.slots);
+    log->info("pulling from {} streams={} slots={}", RedactUrlPassword(opts.queue_url), absl::StrJoin(streams, ","), opts.slots);
     for (int64_t i = 0; i < opts.slots; ++i) {
       pullers.emplace_back([&, streams, i] {
         worker::QueueWorker w(*leased, evaluator, &core, streams, absl::StrCat(opts.worker_id, "/", i), log);

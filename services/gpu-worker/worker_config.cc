@@ -19,7 +19,9 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
   });
   schema.Add("worker.slots", &opts.slots, "candidates evaluated at once",
              [&opts] { return opts.slots >= 1 && opts.slots <= 256 ? std::string() : std::string("must be 1 to 256"); });
-  schema.Add("queue.url", &opts.queue_url, "redis://host:port of the work queue");
+  schema.Add("queue.url", &opts.queue_url, "redis://[[user]:password@]host:port[/db] of the work queue");
+  schema.Add("queue.password_file", &opts.queue_password_file,
+             "file holding the Redis password (requirepass or the URL's ACL user's); overrides the URL's");
   schema.Add("queue.pull", &opts.queue_pull,
              "pull candidates from the work queue (one loop per slot, over the streams of worker.backends)");
   schema.Add("queue.device_class", &opts.device_class,

@@ -13,6 +13,7 @@ struct WorkerOptions {
   std::string backends = "opencl,cuda,replay";
   int64_t slots = 1;                       // candidates evaluated at once
   std::string queue_url = "redis://127.0.0.1:6379";
+  std::string queue_password_file;
   bool queue_pull = false;                 // pull candidates from the work queue (a fleet worker)
   std::string device_class;                // the streams served: StreamFor(backend, device_class)
   double timeout_seconds = 60;             // per-candidate wall-clock watchdog

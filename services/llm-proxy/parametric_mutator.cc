@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/kt_cache.h"
+#include "services/llm-proxy/client/remote_mutator.h"
 
 namespace kforge::llm {
 

@@ -20,7 +20,6 @@
 #include <set>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "common/param_space.h"
 #include "services/llm-proxy/cancellable_mutator.h"
 
@@ -50,10 +49,6 @@ struct ParametricOptions {
   // jobs at a time, and a miss costs only re-parsing the constraints.
   size_t max_cached_spaces = 64;
 };
-
-// The FAILED_PRECONDITION message's start when a request names a replay space (by key) that this
-// mutator does not hold: the caller sends the request again with the configurations.
-inline constexpr absl::string_view kReplaySpaceUnknown = "replay space not held here";
 
 // Knobs with fewer power-of-two values (a tile of 1..4, a flag) step by positions only: a 3
 // between 2 and 4 is as likely a good value as either.

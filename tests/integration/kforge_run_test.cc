@@ -527,7 +527,7 @@ TEST(KforgeRunTest, ReplayProblemThroughARedisQueue) {
   RunResult bad = RunProgram(Kforge(), {"run", SourceDir() + "/examples/replay/pnpoly", "--budget", "5", "--queue",
                                         "http://127.0.0.1:1", "--db", db});
   EXPECT_EQ(bad.exit_code, 2) << Describe(bad);
-  EXPECT_THAT(bad.err, HasSubstr("redis://host:port"));
+  EXPECT_THAT(bad.err, HasSubstr("host:port[/db]"));
 }
 
 // ---------------------------------------------------------------------------------------------

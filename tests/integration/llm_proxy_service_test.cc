@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/llm-proxy/parametric_mutator.h"
+#include "services/llm-proxy/client/remote_mutator.h"
 #include "services/llm-proxy/proxy_service.h"
 #include "tests/integration/replay_fixture.h"
 #include "tests/testutil/background_process.h"

@@ -10,6 +10,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/queue/lease_extender.h"
 #include "common/queue/redis_queue.h"
@@ -84,6 +85,58 @@ TEST(RedisUrlTest, Parses) {
   EXPECT_EQ(b->db, 0);
   for (const char* bad : {"cache:6379", "redis://", "redis://h:0", "redis://h:x", "redis://h:1/x", "http://h:1"}) {
     EXPECT_TRUE(absl::IsInvalidArgument(ParseRedisUrl(bad).status())) << bad;
+  }
+  // Credentials: ":password", "user:password", or the password alone.
+  auto c = ParseRedisUrl("redis://:s3cret@cache:6380/1");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host, "cache");
+  EXPECT_EQ(c->port, 6380);
+  EXPECT_EQ(c->user, "");
+  EXPECT_EQ(c->password, "s3cret");
+  auto d = ParseRedisUrl("redis://kforge:p@ss@cache");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->user, "kforge");
+  EXPECT_EQ(d->password, "p@ss");
+  EXPECT_EQ(d->host, "cache");
+  // A refused URL does not echo its password.
+  auto e = ParseRedisUrl("redis://:s3cret@cache:x");
+  EXPECT_TRUE(absl::IsInvalidArgument(e.status()));
+  EXPECT_THAT(std::string(e.status().message()), ::testing::Not(::testing::HasSubstr("s3cret")));
+}
+
+TEST(RedisAuthTest, AServerWithAPasswordTakesOnlyThatPassword) {
+  if (!RedisServer::Available()) GTEST_SKIP() << RedisServer::kAbsent;
+  RedisServer server(/*appendonly=*/false, "queue-secret");
+  ASSERT_TRUE(server.Start()) << server.error();
+  RedisQueueOptions ro;
+  ro.reconnect_timeout_seconds = 2;
+  // No password: refused at once with what to do, not retried until the reconnect deadline.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto none = RedisWorkQueue::Connect(server.url(), ro, TestLog());
+  EXPECT_TRUE(absl::IsUnauthenticated(none.status())) << none.status();
+  EXPECT_THAT(std::string(none.status().message()), ::testing::HasSubstr("queue.password_file"));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  ro.password = "wrong";
+  auto wrong = RedisWorkQueue::Connect(server.url(), ro, TestLog());
+  EXPECT_TRUE(absl::IsUnauthenticated(wrong.status())) << wrong.status();
+  EXPECT_THAT(std::string(wrong.status().message()), ::testing::HasSubstr("AUTH refused"));
+  EXPECT_THAT(std::string(wrong.status().message()), ::testing::Not(::testing::HasSubstr("wrong")));
+  // The right one, from the options or from the URL: the queue works.
+  for (const bool in_url : {false, true}) {
+    RedisQueueOptions good = ro;
+    good.password = in_url ? "" : "queue-secret";
+    const std::string url =
+        in_url ? absl::StrCat("redis://:queue-secret@127.0.0.1:", server.port()) : server.url();
+    auto q = RedisWorkQueue::Connect(url, good, TestLog());
+    ASSERT_TRUE(q.ok()) << q.status();
+    v1::EvaluationRequest req;
+    req.set_job_id(in_url ? "job-url" : "job-opt");
+    req.mutable_candidate()->set_id("c1");
+    ASSERT_TRUE((*q)->Enqueue("opencl", req).ok());
+    auto item = (*q)->Dequeue("opencl", "w", 2);
+    ASSERT_TRUE(item.ok()) << item.status();
+    ASSERT_TRUE(item->has_value());
+    EXPECT_EQ((*item)->request.job_id(), req.job_id());
   }
 }
 

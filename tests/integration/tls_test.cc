@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kforge/v1/worker.grpc.pb.h"
 #include "services/llm-proxy/parametric_mutator.h"
+#include "services/llm-proxy/client/remote_mutator.h"
 #include "services/llm-proxy/proxy_service.h"
 #include "tests/testutil/background_process.h"
 #include "tests/testutil/subprocess.h"

@@ -28,13 +28,18 @@ std::string FindOnPath(const std::string& name) {
 }
 
 // Sends one command; true when the reply is not an error.
-bool RedisCommand(int port, const char* command, std::string* reply_text = nullptr) {
+bool RedisCommand(int port, const char* command, std::string* reply_text = nullptr,
+                  const std::string& password = "") {
   timeval tv{0, 500000};
   redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
   if (c == nullptr) return false;
   bool ok = false;
   if (c->err == 0) {
     redisSetTimeout(c, tv);
+    if (!password.empty()) {
+      auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()));
+      if (a != nullptr) freeReplyObject(a);
+    }
     auto* r = static_cast<redisReply*>(redisCommand(c, command));
     if (r != nullptr) {
       ok = r->type != REDIS_REPLY_ERROR;
@@ -73,6 +78,7 @@ bool RedisServer::StartOn(int port) {
                                    "--logfile", dir_.path() + "/redis.log", "--daemonize", "no",
                                    "--protected-mode", "no"};
   if (appendonly_) args.insert(args.end(), {"--appendfsync", "always"});
+  if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
   process_ = std::make_unique<BackgroundProcess>(binary, args);
   if (!process_->started()) {
     process_.reset();
@@ -82,10 +88,10 @@ bool RedisServer::StartOn(int port) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < until) {
     std::string pong;
-    if (RedisCommand(port, "PING", &pong) && pong == "PONG") {
+    if (RedisCommand(port, "PING", &pong, password_) && pong == "PONG") {
       // An appendonly server answers PING while it still loads its data: wait for that too.
       std::string info;
-      if (!appendonly_ || (RedisCommand(port, "INFO persistence", &info) &&
+      if (!appendonly_ || (RedisCommand(port, "INFO persistence", &info, password_) &&
                            info.find("loading:0") != std::string::npos)) {
         port_ = port;
         return true;
@@ -117,6 +123,6 @@ bool RedisServer::RestartEmpty() {
   return Start();
 }
 
-bool RedisServer::Flush() { return running() && RedisCommand(port_, "FLUSHALL"); }
+bool RedisServer::Flush() { return running() && RedisCommand(port_, "FLUSHALL", nullptr, password_); }
 
 }  // namespace kforge::testing

@@ -23,7 +23,9 @@ class RedisServer {
   // Whether a redis-server binary is on PATH.
   static bool Available();
 
-  explicit RedisServer(bool appendonly = false) : appendonly_(appendonly) {}
+  // `password`: the server requires it (requirepass).
+  explicit RedisServer(bool appendonly = false, std::string password = "")
+      : appendonly_(appendonly), password_(std::move(password)) {}
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -52,6 +54,7 @@ class RedisServer {
   bool StartOn(int port);
 
   const bool appendonly_;
+  const std::string password_;
   TempDir dir_;
   int port_ = 0;
   std::unique_ptr<BackgroundProcess> process_;

@@ -171,10 +171,10 @@ TEST(ProcessCollectorTest, ExportsTheStandardProcessSeries) {
   // This process has stdin, stdout and stderr open, uses memory and started after 2020.
   for (auto& family : collector.Collect()) {
     const double v = family.metric.at(0).gauge.value + family.metric.at(0).counter.value;
-    if (family.name == "process_open_fds") EXPECT_GE(v, 3);
-    if (family.name == "process_resident_memory_bytes") EXPECT_GT(v, 1 << 20);
-    if (family.name == "process_start_time_seconds") EXPECT_GT(v, 1.5e9);
-    if (family.name == "process_threads") EXPECT_GE(v, 1);
+    if (family.name == "process_open_fds") { EXPECT_GE(v, 3); }
+    if (family.name == "process_resident_memory_bytes") { EXPECT_GT(v, 1 << 20); }
+    if (family.name == "process_start_time_seconds") { EXPECT_GT(v, 1.5e9); }
+    if (family.name == "process_threads") { EXPECT_GE(v, 1); }
   }
 }
 
