@@ -17,7 +17,6 @@
 // fleet between the two jobs and anything near the big job's length is starvation.
 
 #include <sys/resource.h>
-#include <time.h>
 
 #include <atomic>
 #include <cmath>
@@ -32,6 +31,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
+#include "bench/replay_fleet.h"
 #include "common/clock.h"
 #include "common/kt_cache.h"
 #include "common/logging.h"
@@ -44,7 +44,6 @@
 #include "common/store/sqlite_store.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/tenant_gate.h"
-#include "services/gpu-worker/replay.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
 #include "tests/testutil/postgres_server.h"
@@ -77,12 +76,6 @@ double ProcessCpuSeconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Counts each job's results as the workers complete them: the jobs' progress, exact and cheap to
 // read (a job's stored progress is checkpointed every 10 evaluations).
 class CountingQueue final : public ForwardingWorkQueue {
@@ -103,60 +96,6 @@ class CountingQueue final : public ForwardingWorkQueue {
  private:
   std::mutex mu_;
   std::map<std::string, int64_t> done_;
-};
-
-// Simulated instant workers: the replay backend's table lookup, nothing else.
-class Fleet {
- public:
-  Fleet(WorkQueue& queue, const v1::Problem& problem, int n, double eval_seconds = 0) {
-    {
-      v1::EvaluationRequest warm;  // loads the cache before the clock starts
-      *warm.mutable_problem() = problem;
-      v1::EvaluationResult ignored;
-      replay_.Evaluate(warm, &ignored);
-    }
-    const std::string stream = StreamFor(problem);
-    for (int i = 0; i < n; ++i) {
-      threads_.emplace_back([this, &queue, stream, i, eval_seconds] {
-        const std::string name = absl::StrCat("w", i);
-        while (!stop_.load()) {
-          auto item = queue.Dequeue(stream, name, 0.05);
-          if (!item.ok()) {
-            std::cerr << name << ": " << item.status() << "\n";
-            break;
-          }
-          if (!item->has_value()) continue;
-          const v1::EvaluationRequest& req = (*item)->request;
-          v1::EvaluationResult r;
-          r.set_request_id(req.request_id());
-          r.set_job_id(req.job_id());
-          r.set_candidate_id(req.candidate().id());
-          r.set_worker_id(name);
-          replay_.Evaluate(req, &r);
-          if (eval_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(eval_seconds));
-          if (absl::Status st = queue.Complete(stream, **item, r); !st.ok()) std::cerr << name << ": " << st << "\n";
-        }
-        const double cpu = ThreadCpuSeconds();
-        std::lock_guard<std::mutex> lock(mu_);
-        cpu_seconds_ += cpu;
-      });
-    }
-  }
-  // Stops the workers; returns the CPU seconds their threads used.
-  double Stop() {
-    stop_ = true;
-    for (auto& t : threads_) t.join();
-    threads_.clear();
-    return cpu_seconds_;
-  }
-  ~Fleet() { Stop(); }
-
- private:
-  worker::ReplayEvaluator replay_;
-  std::atomic<bool> stop_{false};
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  double cpu_seconds_ = 0;
 };
 
 // A store and a queue for one measurement: a fresh SQLite file and in-process queue, or a fresh
@@ -260,7 +199,7 @@ absl::StatusOr<ManyResult> RunMany(const Config& cfg, Backends& b, const v1::Pro
     if (!job.ok()) return job.status();
     ids.push_back(job->id());
   }
-  Fleet fleet(counting, problem, cfg.workers);
+  bench::ReplayFleet fleet(counting, problem, cfg.workers);
   const double cpu0 = ProcessCpuSeconds();
   const double t0 = bench::Now();
   manager.Start();
@@ -311,7 +250,7 @@ absl::StatusOr<double> RunSmall(const Config& cfg, Backends& b, const v1::Proble
         return std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, validity);
       },
       clock, log, ManagerOptions(cfg));
-  Fleet fleet(*b.queue, problem, cfg.hol_workers, cfg.hol_eval_ms / 1e3);
+  bench::ReplayFleet fleet(*b.queue, problem, cfg.hol_workers, cfg.hol_eval_ms / 1e3);
   manager.Start();
   std::string big_id;
   if (behind_big) {
@@ -366,21 +305,13 @@ int main(int argc, char** argv) {
   Logger log = MakeLogger("bench-fairness", spdlog::level::err);
 
   testing::TempDir dir;
-  testing::SynthSpace space;  // large enough for the big job's run without repeats
-  space.x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  space.extra_z = 150;
-  const std::string folder = testing::WriteSynthReplayProblem(dir, "synth", space);
-  auto problem = LoadProblem(folder);
-  if (!problem.ok()) {
-    std::cerr << problem.status() << "\n";
+  auto bench_problem = bench::WriteBenchProblem(dir);  // large enough for the big job's run
+  if (!bench_problem.ok()) {
+    std::cerr << bench_problem.status() << "\n";
     return 1;
   }
-  auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
-  if (!cache.ok()) {
-    std::cerr << cache.status() << "\n";
-    return 1;
-  }
-  auto shared = std::make_shared<KtCache>(*std::move(cache));
+  const v1::Problem* problem = &bench_problem->problem;
+  std::shared_ptr<const KtCache> shared = bench_problem->cache;
   ValidityFn validity = [shared](const ParamAssignment& a) { return shared->Records(a); };
   BackendFactory factory(cfg, dir, log);
   if (absl::Status st = factory.Start(); !st.ok()) {

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
+#include "bench/replay_fleet.h"
 #include "common/clock.h"
 #include "common/kt_cache.h"
 #include "common/logging.h"
@@ -43,7 +44,6 @@
 #include "common/store/sqlite_store.h"
 #include "nlohmann/json.hpp"
 #include "services/coordinator/job_runner.h"
-#include "services/gpu-worker/replay.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
 #include "tests/testutil/postgres_server.h"
@@ -130,37 +130,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
   TimingQueue queue(inner);
   // Simulated instant workers: the replay backend's lookup (its cache loaded before the clock
   // starts), nothing else.
-  worker::ReplayEvaluator replay;
-  {
-    v1::EvaluationRequest warm;
-    *warm.mutable_problem() = problem;
-    v1::EvaluationResult ignored;
-    replay.Evaluate(warm, &ignored);
-  }
-  std::vector<std::thread> workers;
-  std::atomic<bool> stop_workers{false};
-  const std::string stream = StreamFor(problem);
-  for (int i = 0; i < cfg.workers; ++i) {
-    workers.emplace_back([&, i] {
-      const std::string name = absl::StrCat("w", i);
-      while (!stop_workers.load()) {
-        auto item = queue.Dequeue(stream, name, 0.1);
-        if (!item.ok()) {
-          std::cerr << name << ": " << item.status() << "\n";
-          return;
-        }
-        if (!item->has_value()) continue;
-        const v1::EvaluationRequest& req = (*item)->request;
-        v1::EvaluationResult r;
-        r.set_request_id(req.request_id());
-        r.set_job_id(req.job_id());
-        r.set_candidate_id(req.candidate().id());
-        r.set_worker_id(name);
-        replay.Evaluate(req, &r);
-        if (absl::Status st = queue.Complete(stream, **item, r); !st.ok()) std::cerr << name << ": " << st << "\n";
-      }
-    });
-  }
+  bench::ReplayFleet fleet(queue, problem, cfg.workers);
   auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
   std::vector<std::string> ids;
   std::vector<std::unique_ptr<llm::ParametricMutator>> mutators;
@@ -194,8 +164,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
   RoundResult r;
   r.seconds = bench::Now() - t0;
   r.cpu_seconds = CpuSeconds() - cpu0;
-  stop_workers = true;
-  for (auto& t : workers) t.join();
+  fleet.Stop();
   for (const auto& d : done) {
     if (!d.ok()) return d.status();
     r.results += d->progress().evaluations();
@@ -231,20 +200,13 @@ int main(int argc, char** argv) {
 
   // A recorded space large enough for every job's budget without repeats.
   testing::TempDir dir;
-  testing::SynthSpace space;
-  space.x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  space.extra_z = 150;
-  const std::string folder = testing::WriteSynthReplayProblem(dir, "synth", space);
-  auto problem = LoadProblem(folder);
-  if (!problem.ok()) {
-    std::cerr << problem.status() << "\n";
+  auto bench_problem = bench::WriteBenchProblem(dir);
+  if (!bench_problem.ok()) {
+    std::cerr << bench_problem.status() << "\n";
     return 1;
   }
-  auto cache = LoadKtCache(problem->replay().cache_path(), problem->replay().cache_file());
-  if (!cache.ok()) {
-    std::cerr << cache.status() << "\n";
-    return 1;
-  }
+  const v1::Problem* problem = &bench_problem->problem;
+  const KtCache* cache = bench_problem->cache.get();
 
   testing::RedisServer redis;
   if (!redis.Start()) {

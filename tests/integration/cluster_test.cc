@@ -31,6 +31,7 @@
 #include "tests/testutil/postgres_server.h"
 #include "tests/testutil/redis_server.h"
 #include "tests/testutil/subprocess.h"
+#include "tests/testutil/store_checks.h"
 #include "tests/testutil/temp_dir.h"
 #include "tests/testutil/test_certs.h"
 
@@ -227,15 +228,7 @@ TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRes
   // In PostgreSQL: every candidate of every job has exactly one evaluation.
   auto store = PostgresStore::Open(postgres_.Url("cluster"));
   ASSERT_TRUE(store.ok()) << store.status();
-  for (const auto& [id, tenant] : jobs) {
-    auto cands = (*store)->ListCandidates(id);
-    auto evals = (*store)->ListEvaluations(id);
-    ASSERT_TRUE(cands.ok() && evals.ok());
-    std::multiset<std::string> evaluated;
-    for (const auto& e : *evals) evaluated.insert(e.candidate_id());
-    EXPECT_EQ(evals->size(), cands->size()) << id;
-    for (const auto& c : *cands) EXPECT_EQ(evaluated.count(c.id()), 1u) << id << " " << c.id();
-  }
+  for (const auto& [id, tenant] : jobs) ExpectOneEvaluationPerCandidate(**store, id);
 
   // The fleet: the killed worker drops out once its heartbeats stop for the TTL (15 s).
   std::set<std::string> fleet;

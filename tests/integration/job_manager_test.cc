@@ -32,6 +32,7 @@
 #include "services/gpu-worker/queue_worker.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
+#include "tests/testutil/store_checks.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge::coordinator {
@@ -195,13 +196,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   void ExpectOneEvaluationPerCandidate(const std::string& job_id) {
-    auto cands = store_.ListCandidates(job_id);
-    auto evals = store_.ListEvaluations(job_id);
-    ASSERT_TRUE(cands.ok() && evals.ok());
-    std::multiset<std::string> evaluated;
-    for (const auto& e : *evals) evaluated.insert(e.candidate_id());
-    for (const auto& c : *cands) EXPECT_EQ(evaluated.count(c.id()), 1u) << c.id();
-    EXPECT_EQ(cands->size(), evals->size());
+    testing::ExpectOneEvaluationPerCandidate(store_, job_id);
   }
 
   testing::TempDir dir_;
