@@ -136,12 +136,19 @@ absl::Status Evaluator::CheckRequest(const v1::EvaluationRequest& req) const {
   // of every size set.
   const int64_t sets = std::max<int64_t>({1, p.check().trials(), options_.bench_input_sets});
   int64_t held = 0;
-  for (const auto& set : p.size_sets()) {
-    const Bindings env = MakeBindings(set, v1::KernelSpec(), {});
-    for (const auto& b : p.buffers()) {
-      auto n = ShapeElements(b.shape(), env);  // CheckProblem evaluated it: no error, no overflow
+  for (int s = 0; s < p.size_sets_size(); ++s) {
+    const Bindings env = MakeBindings(p.size_sets(s), v1::KernelSpec(), {});
+    for (int i = 0; i < p.buffers_size(); ++i) {
+      const v1::Buffer& b = p.buffers(i);
+      // CheckProblem evaluated every shape; this says so again where the run relies on it, so that
+      // no problem reaches the evaluation with a shape it cannot size.
+      auto n = ShapeElements(b.shape(), env);
+      if (!n.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("problem: buffers[", i, "] (", b.name(), ").shape in size set ",
+                                                       s, ": ", n.status().message()));
+      }
       const int64_t copies = b.role() == v1::BUFFER_ROLE_INOUT ? 2 : 1;
-      const int64_t bytes = n.ok() ? *n * DTypeSize(b.dtype()) * copies : 0;
+      const int64_t bytes = *n * DTypeSize(b.dtype()) * copies;
       int64_t all = 0;
       if (__builtin_mul_overflow(bytes, sets, &all) || __builtin_add_overflow(held, all, &held)) {
         held = INT64_MAX;
