@@ -64,7 +64,8 @@ std::string FormatReport(const v1::EvaluationResult& r) {
     absl::StrAppend(&out, "resources: shared ", res.shared_bytes(), " B, local ", res.local_bytes(), " B");
     if (res.registers_per_thread() >= 0) absl::StrAppend(&out, ", registers ", res.registers_per_thread());
     if (res.spill_bytes() >= 0) absl::StrAppend(&out, ", spills ", res.spill_bytes(), " B");
-    absl::StrAppend(&out, ", binary ", res.binary_bytes(), " B\n");
+    if (res.binary_bytes() > 0) absl::StrAppend(&out, ", binary ", res.binary_bytes(), " B");
+    absl::StrAppend(&out, "\n");
   }
   if (r.outcome() == v1::OUTCOME_OK) {
     absl::StrAppend(&out, absl::StrFormat("outcome: ok  speedup %.3fx  (max abs error %.3g)\n", r.speedup(),

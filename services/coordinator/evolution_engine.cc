@@ -40,8 +40,10 @@ std::pair<int, int> EvolutionEngine::Cell(const Member& m) const {
   const int bins = opts_.grid_bins;
   auto log_bin = [bins](double v) { return std::clamp(static_cast<int>(std::log2(v + 1.0) / 2.0), 0, bins - 1); };
   if (r.shared_bytes() > 0 || r.registers_per_thread() > 0) {
+    // Code size: the binary's when the backend reports it (CUDA), else the source's (OpenCL).
+    const int64_t code_bytes = r.binary_bytes() > 0 ? r.binary_bytes() : r.source_bytes();
     const int f2 = r.registers_per_thread() > 0 ? std::clamp(r.registers_per_thread() / 32, 0, bins - 1)
-                                                : log_bin(static_cast<double>(r.binary_bytes()) / 1024.0);
+                                                : log_bin(static_cast<double>(code_bytes) / 1024.0);
     return {log_bin(static_cast<double>(r.shared_bytes()) / 64.0), f2};
   }
   std::vector<int64_t> vals;
