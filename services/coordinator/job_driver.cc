@@ -14,8 +14,7 @@ namespace kforge::coordinator {
 
 namespace {
 
-// Screening cost grows with the children offered (each is hashed and scored); past a few hundred
-// it buys nothing.
+// Children the parametric mutator offers per proposal for the screener to choose from.
 int ScreenChildren(const v1::EvolutionConfig& c) { return c.screen_children() > 0 ? c.screen_children() : 16; }
 
 // A global draw (a share of the proposals, and a stalled search's explorations) when screening is
@@ -114,7 +113,6 @@ absl::StatusOr<bool> JobDriver::Begin() {
     index_[cands_[i].id()] = i;
     seen_.insert(cands_[i].content_hash());
   }
-  ingested_.assign(cands_.size(), false);
   KF_ASSIGN_OR_RETURN(std::vector<v1::EvaluationResult> evals, store_.ListEvaluations(job_id_));
   for (auto& e : evals) {
     evaluated_.insert(e.candidate_id());
@@ -197,7 +195,6 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
     }
     if (failures_.size() > kRecentFailures) failures_.pop_front();
   }
-  ingested_[index] = true;
   ++ingested_count_;
   ++counts_[std::string(OutcomeName(r.outcome()))];
   const bool improved = engine_->best() != nullptr && engine_->best()->fitness > before;
@@ -243,12 +240,13 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
 
 absl::Status JobDriver::IngestReady(bool notify) {
   if (options_.in_order) {
-    while (ingested_prefix_ < cands_.size()) {
-      auto it = results_.find(cands_[ingested_prefix_].id());
+    // In order, the ingested candidates are a prefix: cands_[0, ingested_count_).
+    while (static_cast<size_t>(ingested_count_) < cands_.size()) {
+      const size_t index = static_cast<size_t>(ingested_count_);
+      auto it = results_.find(cands_[index].id());
       if (it == results_.end()) break;
       const v1::EvaluationResult r = std::move(it->second);
       results_.erase(it);
-      const size_t index = ingested_prefix_++;
       KF_RETURN_IF_ERROR(IngestOne(index, r, notify));
       if (ended_elsewhere_.has_value()) return absl::OkStatus();
       // Propose right after each ingestion, so proposal k always sees exactly the evaluations up
@@ -273,7 +271,6 @@ absl::Status JobDriver::IngestReady(bool notify) {
     KF_RETURN_IF_ERROR(IngestOne(index, r, notify));
     if (ended_elsewhere_.has_value()) return absl::OkStatus();
   }
-  while (ingested_prefix_ < cands_.size() && ingested_[ingested_prefix_]) ++ingested_prefix_;
   return absl::OkStatus();
 }
 
@@ -419,7 +416,6 @@ absl::Status JobDriver::Propose() {
   seen_.insert(child.content_hash());
   index_[child.id()] = cands_.size();
   cands_.push_back(child);
-  ingested_.push_back(false);
   return queue_.Enqueue(stream_, RequestFor(cands_.back()));
 }
 
@@ -443,10 +439,7 @@ absl::Status JobDriver::Fill() {
   if (stop_reason_.empty()) stop_reason_ = BudgetReason();
   // Propose while the pipeline has room (in order: candidate k waits for candidate k - slots),
   // once the seed has been evaluated, and while the tenant's quotas admit more.
-  const auto room = [&] {
-    const int64_t done = options_.in_order ? static_cast<int64_t>(ingested_prefix_) : ingested_count_;
-    return static_cast<int64_t>(cands_.size()) - done < slots_ && (cands_.empty() || ingested_count_ > 0);
-  };
+  const auto room = [&] { return InFlight() < slots_ && (cands_.empty() || ingested_count_ > 0); };
   while (stop_reason_.empty() && room()) {
     if (gate_ != nullptr) {
       if (!gate_->TryAcquire(job_.spec().tenant())) break;

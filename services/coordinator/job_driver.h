@@ -80,7 +80,8 @@ class JobDriver {
   // Transient failures (the store or the queue away) and a lost lease leave it for a later run.
   [[nodiscard]] absl::StatusOr<v1::Job> Finish(const absl::Status& error);
 
-  const std::string& job_id() const { return job_id_; }
+  // The job as this driver last wrote or read it (after Begin: as stored when it started).
+  const v1::Job& job() const { return job_; }
 
  private:
   v1::JobEvent Event() const;
@@ -131,8 +132,6 @@ class JobDriver {
   std::map<std::string, size_t> index_;                    // candidate id -> position in cands_
   std::map<std::string, v1::EvaluationResult> results_;    // stored, not yet ingested
   std::set<std::string> evaluated_;                        // candidates with a stored evaluation
-  std::vector<bool> ingested_;                             // by position
-  size_t ingested_prefix_ = 0;                             // cands_[0, prefix) are all ingested
   int64_t ingested_count_ = 0;
   std::set<std::string> seen_;
   std::deque<v1::ParentContext> failures_;                 // the most recent failed evaluations

@@ -212,10 +212,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
     EndJob(r, begun.status());
     return;
   }
-  if (options_.metrics != nullptr) {
-    absl::StatusOr<v1::Job> job = store_.GetJob(r->id);
-    if (job.ok()) options_.metrics->JobStarted(*job, clock_.WallSeconds());
-  }
+  if (options_.metrics != nullptr) options_.metrics->JobStarted(r->driver->job(), clock_.WallSeconds());
   StepJob(r);
 }
 
