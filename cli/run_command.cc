@@ -147,8 +147,7 @@ int RunJob(const RunArgs& args) {
     if (!credentials.ok()) {
       return BadInput(absl::StrCat("--llm-proxy-ca/--llm-proxy-cert/--llm-proxy-key: ", credentials.status().message()));
     }
-    absl::StatusOr<std::string> token =
-        args.llm_proxy_token_file.empty() ? std::string() : ReadTokenFile(args.llm_proxy_token_file);
+    absl::StatusOr<std::string> token = ReadTokenFile(args.llm_proxy_token_file);
     if (!token.ok()) return BadInput(absl::StrCat("--llm-proxy-token-file: ", token.status().message()));
     remote = std::make_unique<coordinator::FallbackMutator>(
         std::make_shared<llm::RemoteMutator>(

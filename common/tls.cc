@@ -6,18 +6,25 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace kforge {
 
 namespace {
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+// The whole file; NotFound naming `what` and the path when it cannot be read.
+absl::StatusOr<std::string> ReadAll(const std::string& path, absl::string_view what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot be read"));
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string pem = ss.str();
-  if (pem.find("-----BEGIN ") == std::string::npos) {
+  return ss.str();
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  absl::StatusOr<std::string> pem = ReadAll(path, what);
+  if (!pem.ok()) return pem.status();
+  if (pem->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": not PEM (no -----BEGIN line)"));
   }
   return pem;
@@ -37,11 +44,9 @@ std::string CheckTlsClientFiles(const TlsClientFiles& f) {
   return "";
 }
 
-bool UsesTls(const TlsServerFiles& files) { return !files.cert.empty(); }
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const TlsServerFiles& files) {
   if (std::string bad = CheckTlsServerFiles(files); !bad.empty()) return absl::InvalidArgumentError(bad);
-  if (files.cert.empty()) return grpc::InsecureServerCredentials();
+  if (files.cert.empty()) return nullptr;  // plaintext
   grpc::SslServerCredentialsOptions opts(files.client_ca.empty()
                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -80,11 +85,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("token file ", path, ": cannot be read"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (path.empty()) return std::string();
+  absl::StatusOr<std::string> text = ReadAll(path, "token file");
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": empty"));
   for (char c : token) {
     if (c <= ' ' || c > '~') {
@@ -95,16 +99,11 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 }
 
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const TlsServerFiles& tls, const std::string& token_file) {
-  ServerSecurity out;
-  auto creds = ServerCredentialsFor(tls);
-  if (!creds.ok()) return creds.status();
-  if (UsesTls(tls)) out.credentials = *std::move(creds);  // null: plaintext
-  if (!token_file.empty()) {
-    auto token = ReadTokenFile(token_file);
-    if (!token.ok()) return token.status();
-    out.token = *std::move(token);
-  }
-  return out;
+  auto credentials = ServerCredentialsFor(tls);
+  if (!credentials.ok()) return credentials.status();
+  auto token = ReadTokenFile(token_file);
+  if (!token.ok()) return token.status();
+  return ServerSecurity{*std::move(credentials), *std::move(token)};
 }
 
 grpc::Status CheckBearerToken(const grpc::ServerContextBase& context, const std::string& expected) {

@@ -30,12 +30,12 @@ struct TlsClientFiles {
 std::string CheckTlsServerFiles(const TlsServerFiles& files);
 std::string CheckTlsClientFiles(const TlsClientFiles& files);
 
-// Reads the files (errors name the file); plaintext credentials when none is configured.
+// Read the files (errors name the file). With none configured: the server's credentials are null
+// (StartGrpcServer serves plaintext), the channel's are plaintext.
 [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const TlsServerFiles& files);
 [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const TlsClientFiles& files);
-bool UsesTls(const TlsServerFiles& files);
 
 // What a service's gRPC port needs: its credentials (server.tls) and the bearer token callers must
 // present (auth.token_file; "" = none). Errors name the file.
@@ -46,8 +46,8 @@ struct ServerSecurity {
 [[nodiscard]] absl::StatusOr<ServerSecurity> LoadServerSecurity(const TlsServerFiles& tls,
                                                                 const std::string& token_file);
 
-// A bearer token from a file (surrounding whitespace dropped): an empty file is an error, so a
-// mistake does not turn the check off. The token is never logged.
+// A bearer token or password from a file (surrounding whitespace dropped); "" for the path "" (none
+// configured). An empty file is an error, so a mistake does not turn the check off. Never logged.
 [[nodiscard]] absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 // OK when `expected` is empty or the call carries "authorization: Bearer <expected>" (compared in

@@ -178,11 +178,12 @@ void RedisWorkQueue::ReplyDeleter::operator()(redisReply* r) const { freeReplyOb
 void RedisWorkQueue::ContextDeleter::operator()(redisContext* c) const { redisFree(c); }
 
 absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
+  // What is wrong, with the URL as it may be shown (its password cut out).
+  const auto bad = [&url](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": ", why));
+  };
   absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "redis://")) {
-    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url),
-                                                   "\": expected redis://[[user]:password@]host:port[/db]"));
-  }
+  if (!absl::ConsumePrefix(&rest, "redis://")) return bad("expected redis://[[user]:password@]host:port[/db]");
   RedisAddress a;
   if (size_t at = rest.rfind('@'); at != absl::string_view::npos && at < rest.find('/')) {
     const absl::string_view userinfo = rest.substr(0, at);
@@ -199,17 +200,15 @@ absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
   if (size_t slash = rest.find('/'); slash != absl::string_view::npos) {
     hostport = rest.substr(0, slash);
     absl::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && (!absl::SimpleAtoi(db, &a.db) || a.db < 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": the database must be a number"));
-    }
+    if (!db.empty() && (!absl::SimpleAtoi(db, &a.db) || a.db < 0)) return bad("the database must be a number");
   }
   const size_t colon = hostport.rfind(':');
   a.host = std::string(hostport.substr(0, colon));
   if (colon != absl::string_view::npos &&
       (!absl::SimpleAtoi(hostport.substr(colon + 1), &a.port) || a.port <= 0 || a.port > 65535)) {
-    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": bad port"));
+    return bad("bad port");
   }
-  if (a.host.empty()) return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": no host"));
+  if (a.host.empty()) return bad("no host");
   return a;
 }
 

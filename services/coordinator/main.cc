@@ -66,8 +66,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto proxy_credentials = ChannelCredentialsFor(opts.llm_proxy_tls);
-  absl::StatusOr<std::string> proxy_token =
-      opts.llm_proxy_token_file.empty() ? std::string() : ReadTokenFile(opts.llm_proxy_token_file);
+  absl::StatusOr<std::string> proxy_token = ReadTokenFile(opts.llm_proxy_token_file);
   for (const absl::Status& st : {proxy_credentials.status(), proxy_token.status()}) {
     if (!st.ok()) {
       std::cerr << "kforge-coordinator: llm_proxy: " << st.message() << "\n";
@@ -95,14 +94,12 @@ int main(int argc, char** argv) {
     RedisQueueOptions ro;
     ro.queue.lease_seconds = kLeaseSeconds;
     ro.coordinator = opts.owner.empty() ? "coordinator" : opts.owner;
-    if (!opts.queue_password_file.empty()) {
-      auto password = ReadTokenFile(opts.queue_password_file);
-      if (!password.ok()) {
-        std::cerr << "kforge-coordinator: queue.password_file: " << password.status().message() << "\n";
-        return 2;
-      }
-      ro.password = *std::move(password);
+    auto password = ReadTokenFile(opts.queue_password_file);
+    if (!password.ok()) {
+      std::cerr << "kforge-coordinator: queue.password_file: " << password.status().message() << "\n";
+      return 2;
     }
+    ro.password = *std::move(password);
     auto redis = RedisWorkQueue::Connect(opts.queue_url, ro, log);
     if (!redis.ok()) {
       std::cerr << "kforge-coordinator: queue " << RedactUrlPassword(opts.queue_url) << ": " << redis.status().message()

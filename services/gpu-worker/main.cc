@@ -98,14 +98,12 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop_pulling{false};
   if (opts.queue_pull) {
     RedisQueueOptions ro;
-    if (!opts.queue_password_file.empty()) {
-      auto password = ReadTokenFile(opts.queue_password_file);
-      if (!password.ok()) {
-        std::cerr << "kforge-gpu-worker: queue.password_file: " << password.status().message() << "\n";
-        return 2;
-      }
-      ro.password = *std::move(password);
+    auto password = ReadTokenFile(opts.queue_password_file);
+    if (!password.ok()) {
+      std::cerr << "kforge-gpu-worker: queue.password_file: " << password.status().message() << "\n";
+      return 2;
     }
+    ro.password = *std::move(password);
     auto q = RedisWorkQueue::Connect(opts.queue_url, ro, log);
     if (!q.ok()) {
       std::cerr << "kforge-gpu-worker: queue " << RedactUrlPassword(opts.queue_url) << ": " << q.status().message()
