@@ -1,15 +1,20 @@
-// kforge-bench-pipeline: end-to-end evaluation throughput of the worker pipeline on the local
-// OpenCL device (PoCL on CPUs), with the compile cache cold and warm, and the cost of the
-// sandbox process.
+// kforge-bench-pipeline: what a job pays per candidate on the local OpenCL device (PoCL on CPUs):
+// the problem's distinct valid configurations evaluated one after another, as `kforge run` would,
+// with the job's default benchmark settings.
 //
 //   kforge-bench-pipeline [--problem DIR] [--candidates N]
 //
-// cold: every candidate's source differs (a unique comment), so both our cache and the driver's
-//       miss; warm: the same candidate again (our cache hits); fresh-sandbox: warm, but the
-//       sandbox is killed before each candidate, i.e. what a worker without a sandbox pool pays.
+// Two arms, interleaved candidate by candidate: "fixed" samples every candidate for
+// min_bench_seconds (the stage before adaptive sampling), "adaptive" stops once the median is
+// known to +-2% and races candidates against the best so far (the defaults). Each arm has its own
+// runtime kernel cache folder: the "cold" pass starts with it empty and a new evaluator (as a
+// first `kforge run`); the "warm" pass uses new evaluators over the same folders (a second run:
+// our in-memory compile cache is empty, PoCL's disk cache is not).
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -26,16 +31,17 @@
 #include "services/gpu-worker/sandbox.h"
 
 using namespace kforge;
+namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
   if (!kforge::KeepLargeAllocationsInHeap()) std::cerr << "warning: malloc settings refused\n";
   CLI::App app{"kforge pipeline throughput benchmark", "kforge-bench-pipeline"};
-  std::string problem_dir = std::string(KFORGE_SOURCE_DIR) + "/examples/opencl/transpose";
+  std::string problem_dir = std::string(KFORGE_SOURCE_DIR) + "/examples/opencl/matmul";
   int n = 20;
   app.add_option("--problem", problem_dir, "problem folder (OpenCL)");
-  app.add_option("--candidates", n, "candidates per mode");
-  worker::EvaluatorOptions opts;
-  app.add_option("--resident-input-bytes", opts.resident_input_bytes,
+  app.add_option("--candidates", n, "distinct valid configurations per pass (at most the space's)");
+  worker::EvaluatorOptions base;
+  app.add_option("--resident-input-bytes", base.resident_input_bytes,
                  "input bytes the sandbox keeps between runs (0: send inputs on every run)");
   CLI11_PARSE(app, argc, argv);
 
@@ -45,91 +51,110 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto space = ParamSpace::Create(*problem);
-  const ParamAssignment params = *space->DefaultAssignment();
-  RealClock clock;
-  opts.sandbox.binary = worker::FindSandboxBinary();
-  // A small, fixed benchmark per candidate: this measures the pipeline, not the kernel.
-  opts.warmup = 1;
-  opts.min_samples = 5;
-  opts.max_samples = 5;
-  opts.min_bench_seconds = 0;
-  worker::Evaluator ev(opts, clock, MakeLogger("bench", spdlog::level::warn));
-  if (!ev.Probe(v1::BACKEND_OPENCL).available()) {
-    std::cerr << "no OpenCL device\n";
-    return 1;
+  if (!space.ok()) {
+    std::cerr << space.status().message() << "\n";
+    return 2;
   }
-  auto request = [&](int i, bool unique) {
-    v1::EvaluationRequest req;
-    *req.mutable_problem() = *problem;
-    v1::Candidate c = MakeSeedCandidate(*problem, params);
-    if (unique) c.set_source(absl::StrCat("// candidate ", i, " ", clock.WallSeconds(), "\n", c.source()));
-    c.set_id(absl::StrCat("c", i));
-    *req.mutable_candidate() = c;
-    return req;
+  std::vector<ParamAssignment> configs;
+  for (int64_t i = 0; i < space->TotalAssignments() && static_cast<int>(configs.size()) < n; ++i) {
+    ParamAssignment a = space->Decode(i);
+    auto valid = space->IsValid(a);
+    if (valid.ok() && *valid) configs.push_back(std::move(a));
+  }
+  RealClock clock;
+  base.sandbox.binary = worker::FindSandboxBinary();
+  const std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/kforge-bench-pipeline-", getpid());
+
+  struct Arm {
+    std::string name;
+    worker::EvaluatorOptions opts;
+    std::unique_ptr<worker::Evaluator> ev;
+    double best = 0;
+    std::string best_id;
   };
-  // Prime: the reference's outputs and timing are computed once per sandbox; keep that out.
-  ev.Evaluate(request(-1, false));
+  std::vector<Arm> arms(2);
+  arms[0].name = "fixed (min_bench_seconds every candidate)";
+  arms[0].opts = base;
+  arms[0].opts.bench_rel_error = 0;
+  arms[0].opts.race_factor = 0;
+  arms[1].name = "adaptive + racing (default)";
+  arms[1].opts = base;
+  for (size_t a = 0; a < arms.size(); ++a) arms[a].opts.sandbox.runtime_cache_dir = absl::StrCat(tmp, "/arm", a);
 
   struct Row {
-    std::string mode;
-    double per_second;
-    double median_eval;
-    double compile;
+    std::string pass, arm;
+    double per_second = 0, median_eval = 0, median_compile = 0, median_bench = 0;
+    int ok = 0, raced = 0;
+    double best = 0;
+    std::string best_id;
   };
   std::vector<Row> rows;
-  auto run_mode = [&](const std::string& mode, bool unique, bool fresh_sandbox) {
-    std::vector<double> evals, compiles;
-    const double t0 = bench::Now();
-    for (int i = 0; i < n; ++i) {
-      // Killing is done through a probe of a new evaluator state: the Evaluator owns its sandbox,
-      // so model "no pool" by an Evaluator per candidate that shares nothing.
-      if (fresh_sandbox) {
-        worker::Evaluator fresh(opts, clock, MakeLogger("bench", spdlog::level::warn));
+  for (const char* pass : {"cold", "warm"}) {
+    std::vector<std::vector<double>> evals(arms.size()), compiles(arms.size()), benches(arms.size());
+    std::vector<Row> pass_rows(arms.size());
+    for (auto& arm : arms) {
+      arm.ev = std::make_unique<worker::Evaluator>(arm.opts, clock, MakeLogger("bench", spdlog::level::warn));
+      arm.best = 0;
+      if (!arm.ev->Probe(v1::BACKEND_OPENCL).available()) {
+        std::cerr << "no OpenCL device\n";
+        return 1;
+      }
+    }
+    for (size_t i = 0; i < configs.size(); ++i) {
+      for (size_t k = 0; k < arms.size(); ++k) {
+        const size_t a = (i + k) % arms.size();  // alternate which arm goes first
+        Arm& arm = arms[a];
+        v1::EvaluationRequest req;
+        *req.mutable_problem() = *problem;
+        v1::Candidate c = MakeSeedCandidate(*problem, configs[i]);
+        c.set_id(FormatParams(configs[i]));
+        *req.mutable_candidate() = c;
+        req.set_best_speedup(arm.best);  // as a job's dispatch says
         const double s = bench::Now();
-        v1::EvaluationResult r = fresh.Evaluate(request(i, unique));
-        evals.push_back(bench::Now() - s);
-        if (r.outcome() != v1::OUTCOME_OK) std::cerr << "unexpected outcome: " << r.message() << "\n";
-        continue;
-      }
-      const double s = bench::Now();
-      v1::EvaluationResult r = ev.Evaluate(request(i, unique));
-      evals.push_back(bench::Now() - s);
-      if (r.outcome() != v1::OUTCOME_OK) std::cerr << "unexpected outcome: " << r.message() << "\n";
-      for (const auto& st : r.stages()) {
-        if (st.stage() == v1::STAGE_COMPILE) compiles.push_back(st.duration_seconds());
+        v1::EvaluationResult r = arm.ev->Evaluate(req);
+        evals[a].push_back(bench::Now() - s);
+        if (r.outcome() != v1::OUTCOME_OK) continue;
+        ++pass_rows[a].ok;
+        if (r.speedup() > arm.best) {
+          arm.best = r.speedup();
+          arm.best_id = c.id();
+        }
+        for (const auto& t : r.timings()) pass_rows[a].raced += t.raced() ? 1 : 0;
+        for (const auto& st : r.stages()) {
+          if (st.stage() == v1::STAGE_COMPILE) compiles[a].push_back(st.duration_seconds());
+          if (st.stage() == v1::STAGE_BENCHMARK) benches[a].push_back(st.duration_seconds());
+        }
       }
     }
-    const double total = bench::Now() - t0;
-    rows.push_back({mode, n / total, bench::Median(evals), bench::Median(compiles)});
-  };
-  run_mode("cold compile cache", true, false);
-  run_mode("warm compile cache", false, false);
-  run_mode("warm, fresh evaluator per candidate (new sandbox, reference re-measured)", false, true);
+    for (size_t a = 0; a < arms.size(); ++a) {
+      double total = 0;
+      for (double e : evals[a]) total += e;
+      Row& row = pass_rows[a];
+      row.pass = pass;
+      row.arm = arms[a].name;
+      row.per_second = total > 0 ? static_cast<double>(evals[a].size()) / total : 0;
+      row.median_eval = bench::Median(evals[a]);
+      row.median_compile = bench::Median(compiles[a]);
+      row.median_bench = bench::Median(benches[a]);
+      row.best = arms[a].best;
+      row.best_id = arms[a].best_id;
+      rows.push_back(row);
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
 
-  // The sandbox's own costs: start (fork + exec + device init) and one request's round trip.
-  std::vector<double> starts, rtts;
-  for (int i = 0; i < 5; ++i) {
-    worker::Sandbox sb(opts.sandbox, v1::BACKEND_OPENCL);
-    const double s = bench::Now();
-    (void)sb.EnsureStarted();
-    starts.push_back(bench::Now() - s);
-    for (int j = 0; j < 20; ++j) {
-      v1::SandboxRequest req;
-      req.mutable_hello()->set_backend(v1::BACKEND_OPENCL);
-      const double r0 = bench::Now();
-      (void)sb.Call(req, 10);
-      rtts.push_back(bench::Now() - r0);
-    }
-  }
-  std::cout << "problem: " << problem->name() << " (" << problem_dir << "), " << n << " candidates per mode\n\n";
-  std::cout << "| mode | candidates/s | median evaluation | median compile stage |\n|---|---|---|---|\n";
+  std::cout << "problem: " << problem->name() << " (" << problem_dir << "), " << configs.size()
+            << " distinct configurations per pass, arms interleaved\n\n";
+  std::cout << "| pass | sampling | candidates/s | median evaluation | median compile | median benchmark | raced "
+               "size sets | best found |\n|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
-    std::cout << absl::StrFormat("| %s | %.2f | %.1f ms | %s |\n", r.mode, r.per_second, r.median_eval * 1e3,
-                                 r.compile > 0 ? absl::StrFormat("%.2f ms", r.compile * 1e3) : std::string("n/a"));
+    std::cout << absl::StrFormat("| %s | %s | %.2f | %.1f ms | %.1f ms | %.1f ms | %d | %.2fx (%s) |\n", r.pass,
+                                 r.arm, r.per_second, r.median_eval * 1e3, r.median_compile * 1e3,
+                                 r.median_bench * 1e3, r.raced, r.best, r.best_id);
   }
-  std::cout << absl::StrFormat("\nsandbox start (fork+exec+OpenCL init): median %.1f ms\n", bench::Median(starts) * 1e3);
-  std::cout << absl::StrFormat("sandbox request round trip (re-init hello): median %.3f ms\n", bench::Median(rtts) * 1e3);
-  std::cout << absl::StrFormat("warm vs cold throughput: %.2fx; pooled vs fresh sandbox: %.2fx\n",
-                               rows[1].per_second / rows[0].per_second, rows[1].per_second / rows[2].per_second);
+  std::cout << absl::StrFormat("\nadaptive / fixed candidates/s: cold %.2fx, warm %.2fx; warm / cold (adaptive): %.2fx\n",
+                               rows[1].per_second / rows[0].per_second, rows[3].per_second / rows[2].per_second,
+                               rows[3].per_second / rows[1].per_second);
   return 0;
 }

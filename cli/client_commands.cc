@@ -294,13 +294,14 @@ int BestCommand(const ClientArgs& client_args, const std::string& job_id,
               << " without its source\n";
     return 1;
   }
-  const double speedup = resp.best().result().speedup();
+  const ReportedSpeedup speedup = ReportedSpeedupOf(job, best, resp.best().result());
   if (absl::Status w = WriteBest(out_dir, problem, best, resp.best().result(), speedup); !w.ok()) {
     std::cerr << "kforge best: " << w.message() << "\n";
     return 1;
   }
-  std::cout << absl::StrFormat("%s: best %.3fx, candidate %s (%s)\n", job_id, speedup, best.id(),
+  std::cout << absl::StrFormat("%s: best %s, candidate %s (%s)\n", job_id, SpeedupText(speedup), best.id(),
                                ParamsText(best));
+  if (!speedup.note.empty()) std::cout << "note: " << speedup.note << "\n";
   std::string files;
   if (problem.backend() != v1::BACKEND_REPLAY) {
     absl::StrAppend(

@@ -1,6 +1,7 @@
 #include "cli/eval_command.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -34,6 +35,16 @@ int BadInput(const std::string& msg) {
 std::string Ms(double s) { return absl::StrFormat("%.4g ms", s * 1e3); }
 
 }  // namespace
+
+std::string DefaultCacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return absl::StrCat(x, "/kforge");
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h == '/') return absl::StrCat(h, "/.cache/kforge");
+  return "";
+}
+
+std::string RuntimeCacheDir(const std::string& cache_dir) {
+  return cache_dir.empty() ? "" : absl::StrCat(cache_dir, "/runtime");
+}
 
 std::string FormatReport(const v1::EvaluationResult& r) {
   std::string out;
@@ -198,6 +209,7 @@ int RunEval(const EvalArgs& args) {
   worker::EvaluatorOptions opts;
   opts.run_timeout_seconds = args.timeout_seconds;
   opts.compile_timeout_seconds = args.compile_timeout_seconds;
+  opts.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
   auto log = MakeLogger("eval", args.json ? spdlog::level::warn : spdlog::level::warn);
   worker::Evaluator evaluator(opts, clock, log);
   v1::EvaluationRequest req;

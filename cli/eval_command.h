@@ -9,6 +9,12 @@ namespace kforge::cli {
 // The longest wall-clock limit per sandboxed run that eval and run accept (a day).
 inline constexpr double kMaxTimeoutSeconds = 86400;
 
+// Where the embedded commands keep the device runtimes' compiled-kernel caches between runs:
+// $XDG_CACHE_HOME/kforge, else $HOME/.cache/kforge; "" when neither is set.
+std::string DefaultCacheDir();
+// The sandboxes' runtime cache folder under a --cache-dir ("" for "").
+std::string RuntimeCacheDir(const std::string& cache_dir);
+
 struct EvalArgs {
   std::string problem_dir;
   std::string source_file;   // "" = the seed's source
@@ -17,6 +23,7 @@ struct EvalArgs {
   bool json = false;
   double timeout_seconds = 60;
   double compile_timeout_seconds = 30;  // per compilation (a macro bomb costs this, not more)
+  std::string cache_dir = DefaultCacheDir();  // the runtimes' kernel caches; "" = none kept
 };
 
 // Runs one candidate through the local pipeline. Exit code: 0 ok, 1 any other outcome, 2 bad

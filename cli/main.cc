@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
   eval->add_option("--timeout", eval_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
   eval->add_option("--compile-timeout", eval_args.compile_timeout_seconds,
                    "wall-clock limit per compilation, seconds (default 30)");
+  eval->add_option("--cache-dir", eval_args.cache_dir,
+                   "folder for the device runtimes' compiled-kernel caches, kept between runs (\"\" = none)")
+      ->default_str(eval_args.cache_dir);
 
   kforge::cli::RunArgs run_args;
   auto* run = app.add_subcommand("run", "optimise a problem embedded: coordinator, workers and mutator in this process");
@@ -76,6 +79,15 @@ int main(int argc, char** argv) {
   run->add_option("--timeout", run_args.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
   run->add_option("--compile-timeout", run_args.compile_timeout_seconds,
                   "wall-clock limit per compilation, seconds (default 30)");
+  run->add_option("--finalists", run_args.finalists,
+                  "fittest candidates re-measured side by side with the reference before the best is reported "
+                  "(default 3, 0 = off)")
+      ->check(CLI::Range(0, 10));
+  run->add_option("--confirm-rounds", run_args.confirm_rounds, "rounds of that re-measurement (default 9)")
+      ->check(CLI::Range(1, 50));
+  run->add_option("--cache-dir", run_args.cache_dir,
+                  "folder for the device runtimes' compiled-kernel caches, kept between runs (\"\" = none)")
+      ->default_str(run_args.cache_dir);
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
   run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");
   run->add_option("--llm-proxy", run_args.llm_proxy, "host:port of a kforge-llm-proxy to ask for mutations");

@@ -76,8 +76,31 @@ std::string ProgressSvg(const std::vector<double>& best, const std::string& titl
   return svg;
 }
 
+ReportedSpeedup ReportedSpeedupOf(const v1::Job& job, const v1::Candidate& best,
+                                  const v1::EvaluationResult& result) {
+  ReportedSpeedup r;
+  r.speedup = result.speedup();
+  r.note = job.confirmation().note();
+  for (const auto& f : job.confirmation().finalists()) {
+    if (f.candidate_id() != best.id() || f.outcome() != v1::OUTCOME_OK) continue;
+    r.speedup = f.speedup();
+    r.low = f.speedup_low();
+    r.high = f.speedup_high();
+    r.rounds = f.rounds();
+    r.confirmed = true;
+    r.separated = job.confirmation().separated();
+  }
+  return r;
+}
+
+std::string SpeedupText(const ReportedSpeedup& s) {
+  if (!s.confirmed) return absl::StrFormat("%.3fx", s.speedup);
+  return absl::StrFormat("%.3fx (95%% interval %.3f-%.3fx, %d side-by-side rounds)", s.speedup, s.low, s.high,
+                         s.rounds);
+}
+
 absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v1::Candidate& b,
-                       const v1::EvaluationResult& result, double speedup) {
+                       const v1::EvaluationResult& result, const ReportedSpeedup& speedup) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
@@ -85,7 +108,14 @@ absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v
     const char* ext = p.backend() == v1::BACKEND_CUDA ? ".cu" : ".cl";
     if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), b.source()); !st.ok()) return st;
   }
-  nlohmann::json bj = {{"candidate_id", b.id()}, {"speedup", speedup}};
+  nlohmann::json bj = {{"candidate_id", b.id()}, {"speedup", speedup.speedup}, {"confirmed", speedup.confirmed}};
+  if (speedup.confirmed) {
+    bj["speedup_interval"] = {speedup.low, speedup.high};
+    bj["confirm_rounds"] = speedup.rounds;
+    bj["separated"] = speedup.separated;
+    bj["first_speedup"] = result.speedup();
+  }
+  if (!speedup.note.empty()) bj["note"] = speedup.note;
   bj["params"] = ToJson(b)["params"];
   v1::LaunchPlan plan = b.plan();
   if (plan.launches().empty()) {
@@ -171,6 +201,17 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
     top.push_back(row);
   }
   report["top"] = top;
+  if (job.has_best()) {
+    const ReportedSpeedup s = ReportedSpeedupOf(job, job.best(), job.best_result());
+    report["best"] = {{"candidate_id", job.best().id()}, {"speedup", s.speedup}, {"confirmed", s.confirmed},
+                      {"first_speedup", job.best_result().speedup()}};
+    if (s.confirmed) {
+      report["best"]["speedup_interval"] = {s.low, s.high};
+      report["best"]["confirm_rounds"] = s.rounds;
+      report["best"]["separated"] = s.separated;
+    }
+    if (!s.note.empty()) report["best"]["note"] = s.note;
+  }
   report["best_so_far"] = curve;
 
   std::string md = absl::StrCat("# kforge report: ", p.name(), "\n\n", "- job: `", job.id(), "` (",
@@ -180,8 +221,13 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
   if (job.has_best()) {
     const v1::Candidate& b = job.best();
     const ParamAssignment params(b.params().begin(), b.params().end());
-    absl::StrAppend(&md, absl::StrFormat("- best speedup: **%.3fx** over the reference", job.progress().best_speedup()),
+    const ReportedSpeedup s = ReportedSpeedupOf(job, b, job.best_result());
+    absl::StrAppend(&md, "- best speedup: **", SpeedupText(s), "** over the reference",
                     " (candidate `", b.id(), "`, params ", params.empty() ? "none" : FormatParams(params), ")\n");
+    if (s.confirmed) {
+      absl::StrAppend(&md, absl::StrFormat("  - its own evaluation had measured %.3fx\n", job.best_result().speedup()));
+    }
+    if (!s.note.empty()) absl::StrAppend(&md, "  - note: ", s.note, "\n");
     for (const auto& t : job.best_result().timings()) {
       absl::StrAppend(&md, absl::StrFormat("  - size set %s: %.4g ms vs reference %.4g ms\n", t.size_set(),
                                            t.candidate().median_seconds() * 1e3, t.reference().median_seconds() * 1e3));
@@ -211,6 +257,27 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
                           bytes_sent / n_evals / 1e6, bytes_received / n_evals / 1e6));
     }
   }
+  if (const v1::Confirmation& c = job.confirmation(); c.finalists_size() > 0) {
+    absl::StrAppend(&md,
+                    absl::StrFormat("\n## Finalists, re-measured side by side\n\nEach round timed the reference and "
+                                    "every finalist in turn on one worker (reference noise %.1f%%); speedup is the "
+                                    "median over rounds with its ~95%% interval.\n\n",
+                                    100 * c.reference_noise()),
+                    "| # | candidate | speedup | 95% interval | noise | first measured |\n|---|---|---|---|---|---|\n");
+    for (int i = 0; i < c.finalists_size(); ++i) {
+      const v1::FinalistTiming& f = c.finalists(i);
+      if (f.outcome() != v1::OUTCOME_OK) {
+        absl::StrAppend(&md, absl::StrFormat("| %d | `%s` | %s | | | %.3fx |\n", i + 1, f.candidate_id(),
+                                             OutcomeName(f.outcome()), f.first_speedup()));
+        continue;
+      }
+      absl::StrAppend(&md, absl::StrFormat("| %d | `%s` | %.3fx | %.3f-%.3fx | %.1f%% | %.3fx |\n", i + 1,
+                                           f.candidate_id(), f.speedup(), f.speedup_low(), f.speedup_high(),
+                                           100 * f.noise(), f.first_speedup()));
+    }
+    absl::StrAppend(&md, c.separated() ? "\nThe first finalist is faster than the others beyond the noise.\n"
+                                       : "\nThe finalists are not separated: their intervals overlap.\n");
+  }
   absl::StrAppend(&md, "\n## Top candidates\n\n| # | candidate | speedup | params |\n|---|---|---|---|\n");
   for (size_t i = 0; i < ok.size() && i < 10; ++i) {
     const v1::Candidate* c = by_id.count(ok[i]->candidate_id()) ? by_id[ok[i]->candidate_id()] : nullptr;
@@ -227,7 +294,9 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
       !st.ok()) {
     return st;
   }
-  if (job.has_best()) return WriteBest(out_dir, p, job.best(), job.best_result(), job.progress().best_speedup());
+  if (job.has_best()) {
+    return WriteBest(out_dir, p, job.best(), job.best_result(), ReportedSpeedupOf(job, job.best(), job.best_result()));
+  }
   return absl::OkStatus();
 }
 

@@ -15,12 +15,29 @@ namespace kforge::cli {
                                        const std::vector<v1::Candidate>& candidates,
                                        const std::vector<v1::EvaluationResult>& evaluations);
 
+// The speedup a job reports for `best`: the median of the side-by-side re-measurement with its
+// ~95% interval when the finalists were re-measured (and `best` is the one that won), else its
+// own evaluation's.
+struct ReportedSpeedup {
+  double speedup = 0;
+  double low = 0;   // the interval; 0 when not re-measured
+  double high = 0;
+  int rounds = 0;
+  bool confirmed = false;
+  bool separated = false;  // it beat every other finalist beyond noise
+  std::string note;        // the re-measurement's note ("too noisy to separate ...")
+};
+ReportedSpeedup ReportedSpeedupOf(const v1::Job& job, const v1::Candidate& best,
+                                  const v1::EvaluationResult& result);
+// "1.234x" or "1.234x (95% interval 1.20-1.27x, 9 side-by-side rounds)".
+std::string SpeedupText(const ReportedSpeedup& s);
+
 // The best candidate's files, as `kforge run --out` writes them: best.cl / best.cu (not for a
-// replay problem: it has no source) and best.json (candidate id, speedup, params, launch plan,
-// timings). Creates out_dir.
+// replay problem: it has no source) and best.json (candidate id, speedup with its interval,
+// params, launch plan, timings). Creates out_dir.
 [[nodiscard]] absl::Status WriteBest(const std::string& out_dir, const v1::Problem& problem,
                                      const v1::Candidate& best, const v1::EvaluationResult& result,
-                                     double speedup);
+                                     const ReportedSpeedup& speedup);
 
 // The SVG line plot of best speedup so far against evaluations.
 std::string ProgressSvg(const std::vector<double>& best_so_far, const std::string& title);

@@ -156,7 +156,7 @@ int RunJob(const RunArgs& args) {
     mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
   }
   Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);
-  coordinator::JobRunner runner(**store, queue, mutator, clock, log, {.slots = args.workers});
+  coordinator::JobRunner runner(**store, queue, mutator, clock, log, {.slots = args.workers, .finalists = args.finalists, .confirm_rounds = args.confirm_rounds});
 
   std::string job_id = args.job_id;
   if (args.resume && job_id.empty()) {
@@ -206,6 +206,7 @@ int RunJob(const RunArgs& args) {
     eo.worker_id = absl::StrCat("local-", i);
     eo.run_timeout_seconds = args.timeout_seconds;
     eo.compile_timeout_seconds = args.compile_timeout_seconds;
+    eo.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
     if (problem->backend() != v1::BACKEND_REPLAY) {
       v1::HelloResponse hello = evaluators.back()->Probe(problem->backend());
@@ -271,13 +272,16 @@ int RunJob(const RunArgs& args) {
   }
   std::map<std::string, int64_t> counts(job->progress().outcome_counts().begin(),
                                         job->progress().outcome_counts().end());
-  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %.3fx; %s\n", job_id,
+  const ReportedSpeedup best = job->has_best() ? ReportedSpeedupOf(*job, job->best(), job->best_result())
+                                               : ReportedSpeedup{.speedup = job->progress().best_speedup()};
+  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %s; %s\n", job_id,
                                job->state() == v1::JOB_STATE_COMPLETED   ? "completed"
                                : job->state() == v1::JOB_STATE_INTERRUPTED ? "stopped"
                                : job->state() == v1::JOB_STATE_CANCELLED   ? "cancelled"
                                                                            : "failed",
                                job->state_reason(), job->progress().evaluations(),
-                               job->progress().elapsed_seconds(), job->progress().best_speedup(), Counts(counts));
+                               job->progress().elapsed_seconds(), SpeedupText(best), Counts(counts));
+  if (!best.note.empty()) std::cout << "note: " << best.note << "\n";
   if (job->state() == v1::JOB_STATE_INTERRUPTED) {
     std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << db_shown << "\n";
   }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cli/eval_command.h"
 #include "common/tls.h"
 
 namespace kforge::cli {
@@ -31,6 +32,9 @@ struct RunArgs {
   int64_t max_llm_tokens = 0;
   double max_llm_cost = 0;
   std::string queue;           // "" = in-process; redis://host:port[/db] = Redis Streams
+  int finalists = 3;           // re-measured side by side before the best is reported; 0 = off
+  int confirm_rounds = 9;
+  std::string cache_dir = DefaultCacheDir();  // the runtimes' kernel caches; "" = none kept
 };
 
 // The embedded mode: coordinator, workers and mutator in this process, SQLite store, in-process

@@ -45,6 +45,14 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
   schema.Add("jobs.in_order", &opts.in_order,
              "ingest each job's results in candidate order (deterministic, as kforge run; one slow result "
              "holds the job back); false: as they arrive");
+  schema.Add("jobs.finalists", &opts.finalists,
+             "a job's fittest candidates re-measured side by side with the reference before it reports its "
+             "best (0 = off)",
+             [&opts] { return opts.finalists >= 0 && opts.finalists <= 10 ? std::string() : std::string("must be 0 to 10"); });
+  schema.Add("jobs.confirm_rounds", &opts.confirm_rounds, "rounds of that re-measurement",
+             [&opts] {
+               return opts.confirm_rounds >= 1 && opts.confirm_rounds <= 50 ? std::string() : std::string("must be 1 to 50");
+             });
   schema.Add("jobs.owner", &opts.owner, "this coordinator's name in job leases; empty: host:pid");
   schema.Add("jobs.problems_dir", &opts.problems_dir,
              "where submitted problem folders are written (replay caches among them: workers read them from "

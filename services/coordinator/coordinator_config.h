@@ -22,6 +22,8 @@ struct CoordinatorOptions {
   int64_t max_jobs_running = 256;         // running jobs cost no thread (an event loop steps them)
   int64_t job_threads = 4;
   bool in_order = false;
+  int64_t finalists = 3;                  // re-measured side by side before a job reports its best
+  int64_t confirm_rounds = 9;
   int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
   int64_t slots_per_job = 4;              // candidates in flight per job
   std::string owner;                      // this coordinator's name in job leases; "" = host:pid

@@ -104,6 +104,23 @@ void EvolutionEngine::Ingest(const v1::Candidate& c, const v1::EvaluationResult&
   if (opts_.migration_interval > 0 && evaluations_ % opts_.migration_interval == 0) Migrate();
 }
 
+std::vector<const Member*> EvolutionEngine::Top(int k) const {
+  std::vector<const Member*> all;
+  for (const auto& [id, m] : members_) all.push_back(&m);
+  // Ties go to the earlier candidate, as for best().
+  std::stable_sort(all.begin(), all.end(), [](const Member* a, const Member* b) {
+    if (a->fitness != b->fitness) return a->fitness > b->fitness;
+    return a->candidate.sequence() < b->candidate.sequence();
+  });
+  if (static_cast<int>(all.size()) > k) all.resize(std::max(k, 0));
+  return all;
+}
+
+const Member* EvolutionEngine::Find(const std::string& id) const {
+  auto it = members_.find(id);
+  return it == members_.end() ? nullptr : &it->second;
+}
+
 double EvolutionEngine::Weight(const Member* m) const {
   auto it = children_.find(m->candidate.id());
   const int kids = it == children_.end() ? 0 : it->second;

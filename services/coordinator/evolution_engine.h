@@ -68,6 +68,10 @@ class EvolutionEngine {
   uint64_t MutationSeed(int64_t sequence) const;
 
   const Member* best() const { return best_; }
+  // The k fittest ok members, fittest first.
+  std::vector<const Member*> Top(int k) const;
+  // An ok member by candidate id; null if none.
+  const Member* Find(const std::string& id) const;
   int64_t evaluations() const { return evaluations_; }
   int64_t since_improvement() const { return since_improvement_; }
   int island_count() const { return static_cast<int>(islands_.size()); }

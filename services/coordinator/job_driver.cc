@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/dtype.h"
@@ -281,6 +282,7 @@ v1::EvaluationRequest JobDriver::RequestFor(const v1::Candidate& c) const {
   *req.mutable_problem() = job_.spec().problem();
   *req.mutable_candidate() = c;
   req.set_seed(job_.spec().seed());
+  if (engine_->best() != nullptr) req.set_best_speedup(engine_->best()->fitness);
   return req;
 }
 
@@ -291,6 +293,10 @@ absl::Status JobDriver::Redispatch() {
   for (const auto& c : cands_) {
     if (evaluated_.contains(c.id())) continue;
     KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, RequestFor(c)));
+    ++n;
+  }
+  if (confirm_.has_value() && !confirmed_) {
+    KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, *confirm_));
     ++n;
   }
   if (n > 0) log_->info("job={} dispatched again candidates={}", job_id_, n);
@@ -461,6 +467,21 @@ absl::Status JobDriver::Fill() {
 // Ingests a batch of results: stored in one transaction, acknowledged once committed (a result the
 // store could not take now is left unacknowledged and comes back), then fed to the engine.
 absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
+  // The finalists' re-measurement is no candidate's evaluation: it goes to the job, not the store's
+  // evaluations. A stale one (from before a resume) is only acknowledged.
+  const std::string confirm_prefix = absl::StrCat(job_id_, "-confirm");
+  std::erase_if(batch, [&](ResultDelivery& d) {
+    if (!absl::StartsWith(d.result.candidate_id(), confirm_prefix)) return false;
+    if (absl::Status st = queue_.AckResult(job_id_, d.ack_token); !st.ok()) {
+      log_->warn("job={} cannot acknowledge the finalists' re-measurement: {}", job_id_, st.message());
+    }
+    if (confirm_.has_value() && !confirmed_ && d.result.candidate_id() == confirm_->candidate().id()) {
+      ApplyConfirmation(d.result);
+    }
+    busy_ = true;
+    return true;
+  });
+  if (batch.empty()) return absl::OkStatus();
   std::vector<v1::EvaluationResult> rs;
   rs.reserve(batch.size());
   for (const auto& d : batch) rs.push_back(d.result);
@@ -503,8 +524,72 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
 }
 
 bool JobDriver::Done() const {
-  return !fail_reason_.empty() || ended_elsewhere_.has_value() || interrupt_.load() ||
-         (ingested_count_ == static_cast<int64_t>(cands_.size()) && !stop_reason_.empty());
+  if (!fail_reason_.empty() || ended_elsewhere_.has_value() || interrupt_.load()) return true;
+  if (ingested_count_ != static_cast<int64_t>(cands_.size()) || stop_reason_.empty()) return false;
+  return confirmed_ || !WantsConfirm();
+}
+
+bool JobDriver::WantsConfirm() const {
+  return options_.finalists > 0 && engine_->best() != nullptr &&
+         job_.spec().problem().backend() != v1::BACKEND_REPLAY;
+}
+
+// Once the search has ended, its finalists go to one worker to be timed side by side.
+absl::Status JobDriver::MaybeConfirm() {
+  if (confirm_.has_value() || confirmed_ || !WantsConfirm() || !fail_reason_.empty() ||
+      ended_elsewhere_.has_value() || interrupt_.load() ||
+      ingested_count_ != static_cast<int64_t>(cands_.size()) || stop_reason_.empty()) {
+    return absl::OkStatus();
+  }
+  v1::EvaluationRequest req;
+  const std::string id = absl::StrFormat("%s-confirm%06d", job_id_, ingested_count_);
+  req.set_request_id(id);
+  req.set_job_id(job_id_);
+  *req.mutable_problem() = job_.spec().problem();
+  req.mutable_candidate()->set_id(id);
+  req.set_seed(job_.spec().seed());
+  req.mutable_confirm()->set_rounds(options_.confirm_rounds);
+  for (const Member* m : engine_->Top(options_.finalists)) *req.mutable_confirm()->add_finalists() = m->candidate;
+  KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, req));
+  log_->info("job={} re-measuring finalists={} rounds={}", job_id_, req.confirm().finalists_size(),
+             options_.confirm_rounds);
+  confirm_ = std::move(req);
+  busy_ = true;
+  return absl::OkStatus();
+}
+
+void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r) {
+  confirmed_ = true;
+  v1::Confirmation c;
+  if (r.outcome() != v1::OUTCOME_OK || !r.has_confirmation() || r.confirmation().finalists_size() == 0) {
+    // The job still ends, with the best as the search measured it, and says why.
+    c.set_note(absl::StrCat("the finalists were not re-measured: ",
+                            r.outcome() == v1::OUTCOME_OK ? "the worker does not re-measure finalists"
+                                                          : r.message()));
+  } else {
+    c = r.confirmation();
+    for (auto& f : *c.mutable_finalists()) {
+      if (const Member* m = engine_->Find(f.candidate_id())) f.set_first_speedup(m->fitness);
+    }
+    const v1::FinalistTiming& first = c.finalists(0);
+    if (first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
+      confirmed_best_ = first.candidate_id();
+      if (confirmed_best_ != engine_->best()->candidate.id()) {
+        std::string note = c.note();
+        absl::StrAppend(&note, note.empty() ? "" : "; ", "re-ranked: ", confirmed_best_,
+                        absl::StrFormat(" (%.3gx, first measured %.3gx) is faster than ", first.speedup(),
+                                        first.first_speedup()),
+                        engine_->best()->candidate.id(),
+                        absl::StrFormat(" (first measured %.3gx) when timed side by side", engine_->best()->fitness));
+        c.set_note(note);
+      }
+    }
+  }
+  c.set_evaluations(ingested_count_);
+  c.set_worker_id(r.worker_id());
+  *job_.mutable_confirmation() = c;
+  log_->info("job={} finalists re-measured best={} separated={} note=\"{}\"", job_id_, confirmed_best_,
+             c.separated(), c.note());
 }
 
 absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
@@ -528,6 +613,7 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
     KF_RETURN_IF_ERROR(Redispatch());
   }
   KF_RETURN_IF_ERROR(Fill());
+  KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
   KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id_, wait_seconds));
   if (!delivery.has_value()) return true;
@@ -541,6 +627,7 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
   }
   KF_RETURN_IF_ERROR(IngestBatch(batch));
   KF_RETURN_IF_ERROR(Fill());
+  KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
   return true;
 }
@@ -560,8 +647,10 @@ absl::StatusOr<bool> JobDriver::End() {
   auto* prog = job_.mutable_progress();
   *prog = ProgressNow();
   if (engine_->best() != nullptr) {
-    *job_.mutable_best() = engine_->best()->candidate;
-    *job_.mutable_best_result() = engine_->best()->result;
+    const Member* best = engine_->best();
+    if (const Member* c = engine_->Find(confirmed_best_); c != nullptr) best = c;
+    *job_.mutable_best() = best->candidate;
+    *job_.mutable_best_result() = best->result;
   }
   if (!fail_reason_.empty()) {
     job_.set_state(v1::JOB_STATE_FAILED);

@@ -98,6 +98,9 @@ class JobDriver {
   absl::Status Fill();
   absl::Status IngestBatch(std::vector<ResultDelivery>& batch);
   bool Done() const;
+  bool WantsConfirm() const;
+  absl::Status MaybeConfirm();
+  void ApplyConfirmation(const v1::EvaluationResult& r);
   absl::StatusOr<bool> End();
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
@@ -148,6 +151,10 @@ class JobDriver {
   double renew_every_ = 2;
   double next_renewal_ = 0;
   int64_t gate_held_ = 0;    // candidates this driver counts as in flight at the gate
+  // The finalists' re-measurement: sent once the search ended, done when its answer came.
+  std::optional<v1::EvaluationRequest> confirm_;
+  bool confirmed_ = false;
+  std::string confirmed_best_;  // the candidate the re-measurement ranked first
 };
 
 }  // namespace kforge::coordinator

@@ -198,6 +198,8 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   ro.lease_seconds = options_.lease_seconds;
   ro.device_class = options_.device_class;
   ro.in_order = options_.in_order;
+  ro.finalists = options_.finalists;
+  ro.confirm_rounds = options_.confirm_rounds;
   ProgressFn progress;
   if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
     progress = [this, metrics, backend = r->problem.backend()](const Progress& p) {

@@ -55,6 +55,8 @@ struct JobManagerOptions {
   double scan_seconds = 2;
   std::string device_class;   // see JobRunnerOptions
   bool in_order = false;      // see JobRunnerOptions; as results arrive, one slow result holds one slot
+  int finalists = 3;          // see JobRunnerOptions
+  int confirm_rounds = 9;
   int threads = 4;            // event-loop threads stepping the running jobs
   double idle_poll_seconds = 0.05;  // the longest a waiting job goes unpolled
   CoordinatorMetrics* metrics = nullptr;  // results and per-job gauges; null: none

@@ -39,6 +39,12 @@ struct JobRunnerOptions {
   // Ingest results in candidate order (deterministic; one slow result holds the job back) or as
   // they arrive (one slow result holds one slot). See job_driver.h.
   bool in_order = true;
+  // Before a job reports its best, its `finalists` fittest candidates are re-measured side by
+  // side with the reference for `confirm_rounds` rounds on one worker (ConfirmRequest) and ranked
+  // by that; the job's report gives the best's speedup as a median with an interval. 0 = off.
+  // Replay problems are never re-measured (their times are recorded).
+  int finalists = 0;
+  int confirm_rounds = 9;
 };
 
 // What the progress callback sees after every ingested evaluation.

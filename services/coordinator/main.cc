@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
                                    .slots = static_cast<int>(opts.slots_per_job),
                                    .lease_seconds = kLeaseSeconds,
                                    .in_order = opts.in_order,
+                                   .finalists = static_cast<int>(opts.finalists),
+                                   .confirm_rounds = static_cast<int>(opts.confirm_rounds),
                                    .threads = static_cast<int>(opts.job_threads),
                                    .metrics = &metrics,
                                    .gate = &gate});

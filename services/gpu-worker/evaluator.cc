@@ -110,6 +110,20 @@ absl::Status Evaluator::CheckRequest(const v1::EvaluationRequest& req) const {
       req.request_id().size() > 256) {
     return absl::InvalidArgumentError("job_id and request_id: at most 256 bytes of UTF-8");
   }
+  if (req.has_confirm()) {
+    const auto& c = req.confirm();
+    if (p.backend() == v1::BACKEND_REPLAY) {
+      return absl::InvalidArgumentError("confirm: replay problems are not re-measured (their times are recorded)");
+    }
+    if (c.finalists_size() < 1 || c.finalists_size() > options_.max_finalists) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("confirm.finalists: ", c.finalists_size(), " (expected 1 to ", options_.max_finalists, ")"));
+    }
+    if (c.rounds() < 0 || c.rounds() > options_.max_confirm_rounds) {
+      return absl::InvalidArgumentError(absl::StrCat("confirm.rounds: ", c.rounds(), " (expected 0 to ",
+                                                     options_.max_confirm_rounds, "; 0 = the worker's default)"));
+    }
+  }
   if (p.backend() == v1::BACKEND_REPLAY) {
     if (options_.replay_roots.has_value()) {
       namespace fs = std::filesystem;
@@ -208,10 +222,14 @@ v1::EvaluationResult Evaluator::Evaluate(const v1::EvaluationRequest& req) {
     // Everything cached for a problem is keyed by a hash computed here from what will run, never
     // by the hash a client sends: a request cannot plant reference outputs for another problem.
     const std::string key = HashProblem(req.problem());
-    EvaluateOnce(req, key, res);
+    if (req.has_confirm()) {
+      ConfirmOnce(req, key, res);
+    } else {
+      EvaluateOnce(req, key, res);
+    }
     // A sandbox that died may have been killed from outside (memory pressure, an operator):
     // the candidate gets one more try in a fresh one, and only a second crash is its own.
-    if (res.outcome() == v1::OUTCOME_CRASHED && !interrupted_) {
+    if (res.outcome() == v1::OUTCOME_CRASHED && !interrupted_ && !req.has_confirm()) {
       const std::string first = res.message();
       log_->warn("candidate={} job={} crashed ({}); retrying once in a fresh sandbox",
                  req.candidate().id(), SanitizeUtf8(req.job_id()), first);

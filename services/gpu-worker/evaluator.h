@@ -45,6 +45,20 @@ struct EvaluatorOptions {
   int max_samples = 200;
   double min_bench_seconds = 0.25;  // device time per size set and kernel
   int bench_input_sets = 3;         // input sets rotated between benchmark samples
+  // Adaptive sampling: a candidate stops sampling once its median is known to +-this fraction
+  // (~95% interval), or after min_bench_seconds, whichever comes first (min_samples at least).
+  // 0 = always min_bench_seconds. The reference always takes min_bench_seconds: every candidate
+  // of the problem is judged against it.
+  double bench_rel_error = 0.02;
+  // Racing: after race_samples samples, a candidate whose fastest sample is race_factor times the
+  // time of the job's best (from EvaluationRequest.best_speedup) stops sampling. 0 = off.
+  double race_factor = 2;
+  int race_samples = 3;
+  // Re-measuring finalists (ConfirmRequest): samples per finalist and round, and the most rounds
+  // and finalists a request may ask for.
+  int confirm_samples = 5;
+  int max_confirm_rounds = 50;
+  int max_finalists = 10;
   // Input bytes a sandbox keeps between runs (read-only), so that a problem's inputs cross the
   // pipe once per sandbox lifetime rather than on every run; 0 sends them every time.
   int64_t resident_input_bytes = int64_t{1} << 30;
@@ -86,6 +100,9 @@ class Evaluator {
   BackendState& StateFor(v1::Backend backend);
   void EvaluateOnce(const v1::EvaluationRequest& req, const std::string& problem_key,
                     v1::EvaluationResult& res);
+  // A ConfirmRequest: the finalists validated again and timed side by side (evaluator_confirm.cc).
+  void ConfirmOnce(const v1::EvaluationRequest& req, const std::string& problem_key,
+                   v1::EvaluationResult& res);
 
   EvaluatorOptions options_;
   Clock& clock_;

@@ -134,19 +134,22 @@ v1::BufferSet Evaluator::Run::BuildSet(int set, int index,
 }
 
 Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::KernelCall>& calls,
-                                             std::vector<v1::BufferSet> sets, bool bench) {
+                                             std::vector<v1::BufferSet> sets, const Sampling* sampling) {
   v1::SandboxRequest req;
   auto* run = req.mutable_run();
-  run->set_mode(bench ? v1::RunRequest::MODE_BENCH : v1::RunRequest::MODE_VALIDATE);
+  run->set_mode(sampling != nullptr ? v1::RunRequest::MODE_BENCH : v1::RunRequest::MODE_VALIDATE);
   run->set_program_id(program);
   for (const auto& c : calls) *run->add_calls() = c;
   for (auto& key : st_.resident.TakeDrops()) run->add_drop_resident(std::move(key));
   for (auto& s : sets) *run->add_sets() = std::move(s);  // tens of MB: moved, not copied
-  if (bench) {
-    run->set_warmup(ev_.options_.warmup);
-    run->set_min_samples(ev_.options_.min_samples);
-    run->set_max_samples(ev_.options_.max_samples);
-    run->set_min_seconds(ev_.options_.min_bench_seconds);
+  if (sampling != nullptr) {
+    run->set_warmup(sampling->warmup);
+    run->set_min_samples(sampling->min_samples);
+    run->set_max_samples(sampling->max_samples);
+    run->set_min_seconds(sampling->min_seconds);
+    run->set_target_rel_error(sampling->target_rel_error);
+    run->set_race_seconds(sampling->race_seconds);
+    run->set_race_samples(sampling->race_samples);
     run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
   }
   double timeout =
@@ -182,7 +185,7 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index) {
   if (data_->ref_outputs.contains({set, index})) return absl::OkStatus();
   auto r = RunCalls(data_->ref_program, ref_calls_[set],
                     {BuildSet(set, index, {}, 0, false, /*resident=*/false)},
-                    /*bench=*/false);
+                    nullptr);
   if (r.status != Sandbox::CallStatus::kOk)
     return absl::UnavailableError(absl::StrCat("reference run: ", r.message));
   if (r.response.run().outcome() != v1::OUTCOME_OK) {
@@ -209,16 +212,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
     data_->ref_timing_generation = sb_->generation();
   }
   if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
-  std::vector<v1::BufferSet> sets;
-  for (int i : indices)
-    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
-  auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), /*bench=*/true);
-  if (!RunSucceeded(r)) {
-    return absl::UnavailableError(
-        absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
-  }
-  std::vector<double> samples(r.response.run().samples_seconds().begin(),
-                              r.response.run().samples_seconds().end());
+  KF_ASSIGN_OR_RETURN(std::vector<double> samples, TimeReference(set, indices, ReferenceSampling()));
   return data_->ref_timing[set] = Stats(std::move(samples));
 }
 
@@ -271,8 +265,12 @@ bool Evaluator::Run::Check(int set, int index, const v1::RunResponse& run, int p
 }
 
 void Evaluator::Run::Execute() {
+  if (Prepare()) Benchmark();
+}
+
+bool Evaluator::Run::Prepare() {
   auto& clock = ev_.clock_;
-  const double start = clock.MonotonicSeconds();
+  start_ = clock.MonotonicSeconds();
   sb_ = st_.sandbox.get();
   data_ = &Data();
   const int start_generation = sb_->generation();
@@ -286,7 +284,7 @@ void Evaluator::Run::Execute() {
   if (!hello.ok() || !hello->available()) {
     EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
              hello.ok() ? hello->unavailable_reason() : std::string(hello.status().message()));
-    return;
+    return false;
   }
   *res_.mutable_device() = hello->device();
   res_.mutable_device()->set_device_class(
@@ -294,14 +292,14 @@ void Evaluator::Run::Execute() {
   auto screened = Screen(p_, req_.candidate(), hello->limits(), ev_.options_.screen);
   if (!screened.ok()) {
     EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_REJECTED, std::string(screened.status().message()));
-    return;
+    return false;
   }
   std::vector<ResolvedLaunch> all_launches;
   for (const auto& s : screened->sets) {
     auto calls = ToCalls(s.launches, p_);
     if (!calls.ok()) {
       EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_REJECTED, std::string(calls.status().message()));
-      return;
+      return false;
     }
     cand_calls_.push_back(*std::move(calls));
     cand_scratch_.push_back(s.scratch_bytes);
@@ -318,14 +316,14 @@ void Evaluator::Run::Execute() {
   if (!ref_sets.ok()) {
     EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
              absl::StrCat("reference plan: ", ref_sets.status().message()));
-    return;
+    return false;
   }
   for (const auto& s : *ref_sets) {
     auto calls = ToCalls(s.launches, p_);
     if (!calls.ok()) {
       EndStage(v1::STAGE_SCREEN, t0, v1::OUTCOME_INFRA_ERROR,
                std::string(calls.status().message()));
-      return;
+      return false;
     }
     ref_calls_.push_back(*std::move(calls));
   }
@@ -342,7 +340,7 @@ void Evaluator::Run::Execute() {
     auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_COMPILE, t0, r);
-      return;
+      return false;
     }
     const auto& cr = r.response.compile();
     *res_.mutable_resources() = cr.resources();
@@ -351,7 +349,7 @@ void Evaluator::Run::Execute() {
     if (!cr.ok()) {
       EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_COMPILE_ERROR,
                cr.log().empty() ? "compilation failed" : cr.log());
-      return;
+      return false;
     }
     for (const auto& l : all_launches) {
       const auto& block = p_.backend() == v1::BACKEND_CUDA ? l.block : l.local;
@@ -364,7 +362,7 @@ void Evaluator::Run::Execute() {
                  absl::StrCat("kernel ", l.kernel, " can run at most ", it->second,
                               " threads per group with its resource usage, the plan launches ",
                               threads));
-        return;
+        return false;
       }
       if (hello->limits().max_shared_bytes() > 0 &&
           cr.resources().shared_bytes() + l.shared_bytes > hello->limits().max_shared_bytes()) {
@@ -373,7 +371,7 @@ void Evaluator::Run::Execute() {
                               cr.resources().shared_bytes() + l.shared_bytes,
                               " bytes of shared/local memory (device limit ",
                               hello->limits().max_shared_bytes(), ")"));
-        return;
+        return false;
       }
     }
     cand_program_ = cr.program_id();
@@ -388,21 +386,21 @@ void Evaluator::Run::Execute() {
     for (int trial = 0; trial < std::max(1, p_.check().trials()); ++trial) {
       if (absl::Status st = EnsureReference(set, trial); !st.ok()) {
         EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
-        return;
+        return false;
       }
       if (sb_->generation() != generation) {
         EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_INFRA_ERROR,
                  "sandbox restarted during validation");
-        return;
+        return false;
       }
       const int repeats = trial == 0 ? 2 : 1;
       for (int rep = 0; rep < repeats; ++rep) {
         auto r = RunCalls(cand_program_, cand_calls_[set],
                           {BuildSet(set, trial, cand_scratch_[set], rep, false, /*resident=*/true)},
-                          false);
+                          nullptr);
         if (!RunSucceeded(r)) {
           EndRunFailure(v1::STAGE_VALIDATE, t0, r);
-          return;
+          return false;
         }
         const auto& run = r.response.run();
         if (!Check(set, trial, run, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
@@ -412,58 +410,49 @@ void Evaluator::Run::Execute() {
                                 " trial ", trial, rep == 1 ? " (repeat run)" : "", ": ",
                                 e.mismatches(), " elements wrong, first at ",
                                 e.first_mismatch_index(), ", max abs error ", e.max_abs_error()));
-          return;
+          return false;
         }
       }
     }
   }
   EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_OK);
+  return true;
+}
 
+void Evaluator::Run::Benchmark() {
+  auto& clock = ev_.clock_;
   // Stage 4: benchmark reference and candidate in this sandbox lifetime, rotating inputs, then
   // validate what the last timed run wrote.
-  t0 = clock.MonotonicSeconds();
+  const double t0 = clock.MonotonicSeconds();
   double log_sum = 0;
   int bench_sets = 0;
-  const int nsets = std::max(1, ev_.options_.bench_input_sets);
   for (int set = 0; set < p_.size_sets_size(); ++set) {
     if (!p_.size_sets(set).bench()) continue;
-    std::vector<int> indices;
-    for (int i = 0; i < nsets; ++i) {
-      indices.push_back(i);
-      if (absl::Status st = EnsureReference(set, i); !st.ok()) {
-        EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(st.message()));
-        return;
-      }
+    auto indices = BenchIndices(set);
+    if (!indices.ok()) {
+      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(indices.status().message()));
+      return;
     }
-    auto ref = ReferenceTiming(set, indices);
+    auto ref = ReferenceTiming(set, *indices);
     if (!ref.ok()) {
       EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR,
                std::string(ref.status().message()));
       return;
     }
-    std::vector<v1::BufferSet> sets;
-    for (int i : indices) {
-      sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
-                              /*resident=*/true));
+    // Racing: the time the job's best would take here, from its speedup over this reference.
+    Sampling sampling = CandidateSampling();
+    if (req_.best_speedup() > 0 && ev_.options_.race_factor > 0) {
+      sampling.race_seconds = ref->median_seconds() / req_.best_speedup() * ev_.options_.race_factor;
+      sampling.race_samples = ev_.options_.race_samples;
     }
-    auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), /*bench=*/true);
-    if (!RunSucceeded(r)) {
-      EndRunFailure(v1::STAGE_BENCHMARK, t0, r);
-      return;
-    }
-    const auto& run = r.response.run();
-    if (!Check(set, indices[run.last_set()], run, 0, "stale")) {
-      const auto& e = res_.errors();
-      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
-               absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(),
-                            " (size set ", e.size_set(), "): ", e.mismatches(), " elements wrong"));
-      return;
-    }
-    std::vector<double> samples(run.samples_seconds().begin(), run.samples_seconds().end());
+    std::vector<double> samples;
+    bool raced = false;
+    if (!TimeCandidate(set, *indices, sampling, t0, &samples, &raced)) return;
     auto* t = res_.add_timings();
     t->set_size_set(p_.size_sets(set).name());
     *t->mutable_candidate() = Stats(std::move(samples));
     *t->mutable_reference() = *ref;
+    t->set_raced(raced);
     const double cand = t->candidate().median_seconds();
     t->set_speedup(cand > 0 ? ref->median_seconds() / cand : 0);
     if (t->speedup() > 0) {
@@ -474,7 +463,66 @@ void Evaluator::Run::Execute() {
   res_.set_speedup(bench_sets > 0 ? std::exp(log_sum / bench_sets) : 0);
   EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_OK);
   res_.set_outcome(v1::OUTCOME_OK);
-  res_.set_total_seconds(clock.MonotonicSeconds() - start);
+  res_.set_total_seconds(clock.MonotonicSeconds() - start_);
+}
+
+absl::StatusOr<std::vector<int>> Evaluator::Run::BenchIndices(int set) {
+  std::vector<int> indices;
+  for (int i = 0; i < std::max(1, ev_.options_.bench_input_sets); ++i) {
+    KF_RETURN_IF_ERROR(EnsureReference(set, i));
+    indices.push_back(i);
+  }
+  return indices;
+}
+
+Evaluator::Run::Sampling Evaluator::Run::ReferenceSampling() const {
+  const EvaluatorOptions& o = ev_.options_;
+  return Sampling{.warmup = o.warmup, .min_samples = o.min_samples, .max_samples = o.max_samples,
+                  .min_seconds = o.min_bench_seconds};
+}
+
+Evaluator::Run::Sampling Evaluator::Run::CandidateSampling() const {
+  Sampling s = ReferenceSampling();
+  s.target_rel_error = ev_.options_.bench_rel_error;
+  return s;
+}
+
+absl::StatusOr<std::vector<double>> Evaluator::Run::TimeReference(int set, const std::vector<int>& indices,
+                                                                  const Sampling& sampling) {
+  std::vector<v1::BufferSet> sets;
+  for (int i : indices)
+    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
+  auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), &sampling);
+  if (!RunSucceeded(r)) {
+    return absl::UnavailableError(
+        absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
+  }
+  return std::vector<double>(r.response.run().samples_seconds().begin(), r.response.run().samples_seconds().end());
+}
+
+bool Evaluator::Run::TimeCandidate(int set, const std::vector<int>& indices, const Sampling& sampling, double t0,
+                                   std::vector<double>* samples, bool* raced) {
+  std::vector<v1::BufferSet> sets;
+  for (int i : indices) {
+    sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
+                            /*resident=*/true));
+  }
+  auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), &sampling);
+  if (!RunSucceeded(r)) {
+    EndRunFailure(v1::STAGE_BENCHMARK, t0, r);
+    return false;
+  }
+  const auto& run = r.response.run();
+  if (!Check(set, indices[run.last_set()], run, 0, "stale")) {
+    const auto& e = res_.errors();
+    EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
+             absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(),
+                          " (size set ", e.size_set(), "): ", e.mismatches(), " elements wrong"));
+    return false;
+  }
+  samples->assign(run.samples_seconds().begin(), run.samples_seconds().end());
+  *raced = run.raced();
+  return true;
 }
 
 }  // namespace kforge::worker

@@ -51,6 +51,31 @@ class Evaluator::Run {
       : ev_(ev), st_(state), req_(req), p_(req.problem()), key_(problem_key), res_(res) {}
 
   void Execute();
+  // The stages before the benchmark: screen, compile, validate. False: the result says why.
+  bool Prepare();
+  // Stage 4, after Prepare: times reference and candidate, fills the speedup.
+  void Benchmark();
+
+  // How a benchmark run samples (see RunRequest).
+  struct Sampling {
+    int warmup = 0;
+    int min_samples = 1;
+    int max_samples = 1;
+    double min_seconds = 0;
+    double target_rel_error = 0;
+    double race_seconds = 0;
+    int race_samples = 0;
+  };
+  // The input sets a size set is benchmarked on, their reference answers ensured.
+  absl::StatusOr<std::vector<int>> BenchIndices(int set);
+  // Times the reference on those sets afresh (not the cached timing).
+  absl::StatusOr<std::vector<double>> TimeReference(int set, const std::vector<int>& indices,
+                                                    const Sampling& sampling);
+  // Times the candidate (after Prepare) and checks what its last timed run left; false (the
+  // result's outcome set, the benchmark stage closed from t0) when it failed.
+  bool TimeCandidate(int set, const std::vector<int>& indices, const Sampling& sampling, double t0,
+                     std::vector<double>* samples, bool* raced);
+  v1::EvaluationResult& result() { return res_; }
 
  private:
   // Closes the current stage; false (and the result's outcome set) when it failed.
@@ -93,13 +118,16 @@ class Evaluator::Run {
   const std::map<std::string, std::string>& Inputs(int set, int index);
   absl::Status EnsureReference(int set, int index);
   absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
+  Sampling ReferenceSampling() const;
+  Sampling CandidateSampling() const;
   // `resident`: inputs go by key when the sandbox holds them (candidate runs). Reference runs
   // always carry their bytes: the answers every candidate is judged by come from inputs the
   // worker sent in that very request.
   v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
                          int pattern, bool inputs_only, bool resident);
+  // `sampling` null: a validation run (once, every buffer back).
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
-                               std::vector<v1::BufferSet> sets, bool bench);
+                               std::vector<v1::BufferSet> sets, const Sampling* sampling);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
   bool Check(int set, int index, const v1::RunResponse& run, int pattern, const char* check_name);
 
@@ -115,6 +143,7 @@ class Evaluator::Run {
   std::vector<std::map<std::string, int64_t>> cand_scratch_;
   std::vector<std::vector<v1::KernelCall>> ref_calls_;
   int cand_program_ = -1;
+  double start_ = 0;
 };
 
 }  // namespace kforge::worker

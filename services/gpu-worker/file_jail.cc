@@ -35,7 +35,8 @@ int LandlockAbi() {
 }
 
 FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
-                     const std::vector<std::string>& extra_read) {
+                     const std::vector<std::string>& extra_read,
+                     const std::vector<std::string>& extra_write) {
   FileJail j;
   // Libraries, tools (PoCL runs the system linker), the CUDA toolkit under /usr/local and /opt.
   j.read_only = {"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/opt",
@@ -54,6 +55,7 @@ FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
   // Device nodes (GPUs, /dev/null, /dev/urandom, /dev/shm) and the sandbox's own folder, which
   // is its HOME and TMPDIR (the OpenCL runtime's kernel cache lives there).
   j.read_write = {"/dev", work_dir};
+  j.read_write.insert(j.read_write.end(), extra_write.begin(), extra_write.end());
   return j;
 }
 

@@ -19,9 +19,11 @@ struct FileJail {
 };
 
 // What a sandbox of `backend` needs: the system's libraries and tools, the ICD and driver files,
-// device nodes, its own working folder, and `extra_read` (sandbox.read_paths).
+// device nodes, its own working folder, `extra_read` (sandbox.read_paths) and `extra_write` (the
+// runtimes' kernel cache folders).
 FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
-                     const std::vector<std::string>& extra_read);
+                     const std::vector<std::string>& extra_read,
+                     const std::vector<std::string>& extra_write = {});
 
 // Whether this kernel supports Landlock (0 if not; else its ABI version).
 int LandlockAbi();

@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   eval_opts.max_held_bytes = opts.max_held_mb << 20;
   eval_opts.sandbox.memory_limit_mb = opts.memory_limit_mb;
   eval_opts.sandbox.restrict_files = opts.restrict_files;
+  eval_opts.sandbox.runtime_cache_dir = opts.compile_cache_dir;
+  eval_opts.bench_rel_error = opts.bench_rel_error;
+  eval_opts.race_factor = opts.race_factor;
   for (absl::string_view p : absl::StrSplit(opts.read_paths, ',', absl::SkipEmpty())) {
     eval_opts.sandbox.read_paths.emplace_back(p);
   }

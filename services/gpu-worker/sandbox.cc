@@ -104,10 +104,27 @@ absl::Status Sandbox::Spawn() {
   }
   // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
   std::vector<std::string> env_strings = {absl::StrCat("HOME=", work_dir_), absl::StrCat("TMPDIR=", work_dir_)};
+  std::vector<std::string> cache_dirs;
+  if (!options_.runtime_cache_dir.empty()) {
+    for (const auto& [var, sub] : {std::pair{"POCL_CACHE_DIR", "pocl"}, std::pair{"CUDA_CACHE_PATH", "cuda"}}) {
+      const std::string dir = absl::StrCat(options_.runtime_cache_dir, "/", sub);
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("runtime cache folder ", dir, " cannot be created: ", ec.message()));
+      }
+      fs::permissions(dir, fs::perms::owner_all, ec);  // the worker's own, like the sandbox folder
+      env_strings.push_back(absl::StrCat(var, "=", dir));
+      cache_dirs.push_back(dir);
+    }
+  }
   bool have_path = false;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv(*e);
     const std::string key = kv.substr(0, kv.find('='));
+    // The cache folders set above win over the worker's own environment.
+    if (!cache_dirs.empty() && (key == "POCL_CACHE_DIR" || key == "CUDA_CACHE_PATH")) continue;
     for (const auto& allow : options_.env_allow) {
       const bool match = absl::EndsWith(allow, "*") ? absl::StartsWith(key, allow.substr(0, allow.size() - 1))
                                                      : key == allow;
@@ -128,6 +145,10 @@ absl::Status Sandbox::Spawn() {
     args.emplace_back("--jail");
     for (const auto& p : options_.read_paths) {
       args.emplace_back("--read");
+      args.push_back(p);
+    }
+    for (const auto& p : cache_dirs) {
+      args.emplace_back("--write");
       args.push_back(p);
     }
   }

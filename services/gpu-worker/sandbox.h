@@ -32,6 +32,11 @@ struct SandboxOptions {
   // Restrict the files the child may open (Landlock; see file_jail.h), plus these paths.
   bool restrict_files = true;
   std::vector<std::string> read_paths;
+  // Where the device runtimes keep their compiled-kernel caches (PoCL's POCL_CACHE_DIR, the CUDA
+  // driver's CUDA_CACHE_PATH), writable by the child: a folder that outlives the sandbox and the
+  // worker, so a kernel compiled once is not compiled again by the next process. "" = the
+  // sandbox's own folder (lost with the Sandbox object).
+  std::string runtime_cache_dir;
   // What the child may write to its stderr (drivers' messages, a kernel's printf) per request;
   // the rest is counted and dropped, so a printf flood cannot fill the worker's log.
   int64_t max_output_bytes = 64 << 10;

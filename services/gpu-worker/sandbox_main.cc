@@ -2,11 +2,11 @@
 // worker with a clean environment, resource limits and no inherited descriptors; speaks frames
 // on stdin/stdout.
 //
-//   kforge-sandbox [--jail] [--backend opencl|cuda] [--read PATH]...
+//   kforge-sandbox [--jail] [--backend opencl|cuda] [--read PATH]... [--write PATH]...
 //
 // --jail restricts the files this process may open (file_jail.h) once its device is open and
-// before it sees a candidate: system libraries and tools, device nodes, its working folder, and
-// each --read PATH.
+// before it sees a candidate: system libraries and tools, device nodes, its working folder, each
+// --read PATH, and each --write PATH read-write (the runtimes' kernel caches).
 
 #include <unistd.h>
 
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   using namespace kforge;
   bool jail = false;
   v1::Backend backend = v1::BACKEND_OPENCL;
-  std::vector<std::string> extra_read;
+  std::vector<std::string> extra_read, extra_write;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--jail") {
@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
       backend = std::strcmp(argv[++i], "cuda") == 0 ? v1::BACKEND_CUDA : v1::BACKEND_OPENCL;
     } else if (a == "--read" && i + 1 < argc) {
       extra_read.emplace_back(argv[++i]);
+    } else if (a == "--write" && i + 1 < argc) {
+      extra_write.emplace_back(argv[++i]);
     } else {
       std::fprintf(stderr, "kforge-sandbox: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
   // After the device opened (drivers read their files first), before any candidate arrives.
   auto restrict = [&] {
     if (!jail) return;
-    if (absl::Status st = worker::ApplyFileJail(worker::SandboxJail(backend, work_dir, extra_read)); !st.ok()) {
+    if (absl::Status st = worker::ApplyFileJail(worker::SandboxJail(backend, work_dir, extra_read, extra_write)); !st.ok()) {
       // The include screen still stands; the worker logs this line.
       std::fprintf(stderr, "kforge-sandbox: file access is not restricted: %s\n",
                    std::string(st.message()).c_str());

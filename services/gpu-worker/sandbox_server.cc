@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "services/gpu-worker/host_data.h"
 #include "services/gpu-worker/opencl_backend.h"
 #include "services/gpu-worker/resident_inputs.h"
+#include "services/gpu-worker/sample_stats.h"
 
 namespace kforge::worker {
 
@@ -227,9 +229,19 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
       last = i % nsets;
     }
     double total = 0;
+    std::vector<double> taken;
+    double fastest = 0;
     const int max_samples = std::max(req.max_samples(), std::max(req.min_samples(), 1));
     for (int i = 0; i < max_samples; ++i) {
-      if (i >= req.min_samples() && total >= req.min_seconds()) break;
+      if (i >= req.min_samples() &&
+          (total >= req.min_seconds() ||
+           (req.target_rel_error() > 0 && MedianRelError(taken) <= req.target_rel_error()))) {
+        break;
+      }
+      if (req.race_seconds() > 0 && i >= std::max(1, req.race_samples()) && fastest > req.race_seconds()) {
+        r.set_raced(true);
+        break;
+      }
       if (req.flush_cache()) backend.FlushCache();
       last = i % nsets;
       if (absl::Status st = sets[last]->Restore(); !st.ok()) {
@@ -243,6 +255,8 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
       }
       r.add_samples_seconds(*t);
       total += *t;
+      taken.push_back(*t);
+      fastest = i == 0 ? *t : std::min(fastest, *t);
     }
     r.set_last_set(last);
   }

@@ -62,7 +62,18 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
       [&opts] {
         return opts.resident_input_mb >= 0 ? std::string() : std::string("must be >= 0");
       });
-  schema.Add("compile_cache.dir", &opts.compile_cache_dir, "on-disk compile cache; empty = memory only");
+  schema.Add("benchmark.rel_error", &opts.bench_rel_error,
+             "a candidate stops sampling once its median is known to +- this fraction (~95% interval); 0 = "
+             "always sample the full device time",
+             [&opts] { return opts.bench_rel_error >= 0 && opts.bench_rel_error < 1 ? std::string() : std::string("must be 0 to 1"); });
+  schema.Add("benchmark.race_factor", &opts.race_factor,
+             "a candidate whose fastest of 3 samples is this many times the job's best time stops sampling; 0 = off",
+             [&opts] {
+               return opts.race_factor == 0 || opts.race_factor >= 1 ? std::string() : std::string("must be 0 or >= 1");
+             });
+  schema.Add("compile_cache.dir", &opts.compile_cache_dir,
+             "folder for the device runtimes' compiled-kernel caches (PoCL, the CUDA driver's JIT), kept "
+             "across sandboxes and restarts; empty = each sandbox's own folder");
 }
 
 }  // namespace kforge::worker

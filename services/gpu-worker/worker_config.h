@@ -29,7 +29,9 @@ struct WorkerOptions {
   int64_t max_held_mb = 4096;              // inputs and reference outputs kept, all problems
   int64_t memory_limit_mb = 8192;          // sandbox address-space limit
   int64_t resident_input_mb = 1024;        // inputs a sandbox keeps between runs
-  std::string compile_cache_dir;           // "" = in-memory only
+  double bench_rel_error = 0.02;           // adaptive sampling target (0 = min_bench_seconds always)
+  double race_factor = 2;                  // racing against the job's best (0 = off)
+  std::string compile_cache_dir;           // the runtimes' kernel caches; "" = per sandbox
 };
 
 void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts);

@@ -232,11 +232,34 @@ TEST(KforgeRunTest, SmallOpenClProblem) {
   const std::string out = dir.path() + "/out";
   const std::string db = dir.path() + "/cl.db";
   RunResult r = RunProgram(Kforge(), {"run", dir.path() + "/scale", "--budget", "6", "--timeout", "20", "--db", db,
-                                      "--out", out, "--quiet"});
+                                      "--out", out, "--quiet", "--cache-dir", dir.path() + "/cache"});
   if (r.exit_code == 1 && r.err.find("not available") != std::string::npos) {
     GTEST_SKIP() << "no OpenCL device: " << r.err;
   }
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  // The finalists (3 by default) were re-measured side by side, and the best is the winner there.
+  EXPECT_THAT(r.out, HasSubstr("side-by-side rounds"));
+  {
+    nlohmann::json rep = ReadJson(out + "/report.json");
+    const nlohmann::json& best = rep["best"];
+    ASSERT_TRUE(best.is_object()) << rep.dump();
+    EXPECT_TRUE(best["confirmed"].get<bool>()) << best.dump();
+    EXPECT_EQ(best["confirm_rounds"].get<int>(), 9) << best.dump();
+    EXPECT_LE(best["speedup_interval"][0].get<double>(), best["speedup"].get<double>()) << best.dump();
+    EXPECT_GE(best["speedup_interval"][1].get<double>(), best["speedup"].get<double>()) << best.dump();
+    const nlohmann::json& finalists = rep["job"]["confirmation"]["finalists"];
+    ASSERT_TRUE(finalists.is_array()) << rep["job"].dump();
+    EXPECT_GE(finalists.size(), 1u);
+    EXPECT_LE(finalists.size(), 3u);
+    EXPECT_EQ(finalists[0]["candidate_id"], best["candidate_id"]) << finalists.dump();
+    EXPECT_EQ(rep["job"]["best"]["id"], best["candidate_id"]);
+    nlohmann::json best_json = ReadJson(out + "/best.json");
+    EXPECT_EQ(best_json["speedup"], best["speedup"]);
+    EXPECT_TRUE(best_json["speedup_interval"].is_array()) << best_json.dump();
+    EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("## Finalists, re-measured side by side"));
+    // The runtime's kernel cache went to --cache-dir, where the next run finds it.
+    EXPECT_TRUE(fs::is_directory(dir.path() + "/cache/runtime/pocl")) << Describe(r);
+  }
   EXPECT_TRUE(fs::is_regular_file(fs::path(out) / "best.cl"));
   EXPECT_TRUE(fs::is_regular_file(fs::path(out) / "best.json"));
   EXPECT_TRUE(fs::is_regular_file(fs::path(out) / "report.json"));

@@ -1,0 +1,254 @@
+// The benchmark stage on the real pipeline (PoCL): adaptive sampling, racing against the job's
+// best, re-measuring finalists side by side (ConfirmRequest), and the runtimes' kernel cache kept
+// in a worker-owned folder across sandboxes.
+
+#include <filesystem>
+
+#include "common/clock.h"
+#include "common/launch.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/gpu-worker/evaluator.h"
+#include "services/gpu-worker/sample_stats.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr char kProblem[] = R"(
+name: vadd-bench
+backend: opencl
+description: c = a + b
+sizes:
+  - {name: small, sizes: {N: 4099}}
+  - {name: large, sizes: {N: 65536}}
+buffers:
+  a: {dtype: f32, shape: [N], role: in}
+  b: {dtype: f32, shape: [N], role: in}
+  c: {dtype: f32, shape: [N], role: out}
+check: {atol: 1e-6, rtol: 1e-6, trials: 2}
+reference:
+  source: reference.cl
+  launches: [{kernel: add_ref, global: ["ceil_div(N, 64) * 64"], local: [64], args: [a, b, c, N]}]
+seed:
+  source: seed.cl
+  params: {WG: [64, 128], REP: [1, 40]}
+  launches: [{kernel: add, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, c, N]}]
+)";
+
+constexpr char kReference[] = R"(
+__kernel void add_ref(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = a[i] + b[i];
+}
+)";
+
+// REP repeats the work: REP=40 is an honest but much slower kernel.
+constexpr char kSeed[] = R"(
+__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  float s = 0.0f;
+  for (int r = 0; r < REP; ++r) s = a[i] + b[i] + s * 0.0f;
+  c[i] = s;
+}
+)";
+
+constexpr char kWrong[] = R"(
+__kernel void add(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = a[i] - b[i];
+}
+)";
+
+class BenchmarkStageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("vadd/problem.yaml", kProblem);
+    dir_.Write("vadd/reference.cl", kReference);
+    dir_.Write("vadd/seed.cl", kSeed);
+    auto p = LoadProblem(dir_.path() + "/vadd");
+    ASSERT_TRUE(p.ok()) << p.status();
+    problem_ = *p;
+    opts_.sandbox.binary = testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox";
+    opts_.warmup = 1;
+    opts_.min_samples = 5;
+    opts_.max_samples = 400;
+    opts_.min_bench_seconds = 0.05;
+  }
+
+  std::unique_ptr<Evaluator> MakeEvaluator() {
+    auto ev = std::make_unique<Evaluator>(opts_, clock_, MakeLogger("bench-stage-test", spdlog::level::warn));
+    const v1::HelloResponse hello = ev->Probe(v1::BACKEND_OPENCL);
+    if (!hello.available()) return nullptr;
+    return ev;
+  }
+
+  v1::Candidate Cand(const std::string& id, int64_t wg, int64_t rep, const std::string& source = kSeed) {
+    v1::Candidate c = MakeSeedCandidate(problem_, {{"WG", wg}, {"REP", rep}});
+    c.set_id(id);
+    c.set_source(source);
+    return c;
+  }
+
+  v1::EvaluationRequest Request(const v1::Candidate& c, double best_speedup = 0) {
+    v1::EvaluationRequest req;
+    req.set_request_id(c.id());
+    *req.mutable_problem() = problem_;
+    *req.mutable_candidate() = c;
+    req.set_best_speedup(best_speedup);
+    return req;
+  }
+
+  testing::TempDir dir_;
+  v1::Problem problem_;
+  EvaluatorOptions opts_;
+  RealClock clock_;
+};
+
+TEST(SampleStatsTest, MedianIntervalRanksCoverNinetyFivePercent) {
+  // Binomial(9, 1/2): P(X <= 1) = 1.95% <= 2.5% < P(X <= 2) = 8.98%: ranks 2..8 (1-based).
+  EXPECT_EQ(MedianIntervalRanks(9), std::make_pair(size_t{1}, size_t{7}));
+  EXPECT_EQ(MedianIntervalRanks(10), std::make_pair(size_t{1}, size_t{8}));
+  // Five samples cannot give 95% (min..max covers 93.75%): the widest interval there is.
+  EXPECT_EQ(MedianIntervalRanks(5), std::make_pair(size_t{0}, size_t{4}));
+  EXPECT_EQ(MedianIntervalRanks(100), std::make_pair(size_t{39}, size_t{60}));
+  const MedianInterval m = MedianWithInterval({5, 1, 9, 3, 7, 2, 8, 4, 6});
+  EXPECT_EQ(m.median, 5);
+  EXPECT_EQ(m.low, 2);
+  EXPECT_EQ(m.high, 8);
+  EXPECT_DOUBLE_EQ(MedianRelError({1, 1, 1, 1, 1}), 0);
+  EXPECT_DOUBLE_EQ(MedianRelError({9, 10, 11}), 0.1);
+  EXPECT_TRUE(std::isinf(MedianRelError({1, 2})));
+  EXPECT_DOUBLE_EQ(RelativeSpread({10, 10, 10}), 0);
+}
+
+TEST_F(BenchmarkStageTest, AdaptiveSamplingStopsOnceTheMedianIsKnown) {
+  // Loose: the interval is tight enough after min_samples. Off: sampling goes on to min_seconds.
+  opts_.bench_rel_error = 1e9;
+  auto loose = MakeEvaluator();
+  if (loose == nullptr) GTEST_SKIP() << "no OpenCL device";
+  v1::EvaluationResult r = loose->Evaluate(Request(Cand("a", 64, 1)));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  ASSERT_EQ(r.timings_size(), 2);
+  for (const auto& t : r.timings()) {
+    EXPECT_EQ(t.candidate().samples(), opts_.min_samples) << t.size_set();
+    EXPECT_FALSE(t.raced());
+    // The reference is always timed to min_bench_seconds (or max_samples): every candidate is
+    // judged against it.
+    EXPECT_GT(t.reference().samples(), opts_.min_samples);
+  }
+  opts_.bench_rel_error = 0;
+  auto fixed = MakeEvaluator();
+  r = fixed->Evaluate(Request(Cand("a", 64, 1)));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  for (const auto& t : r.timings()) {
+    EXPECT_GT(t.candidate().samples(), opts_.min_samples) << t.size_set();
+  }
+}
+
+TEST_F(BenchmarkStageTest, ACandidateClearlySlowerThanTheBestStopsEarly) {
+  opts_.bench_rel_error = 0;  // only racing can stop it before min_bench_seconds
+  auto ev = MakeEvaluator();
+  if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+  // The job's best claims 1000x: this honest kernel (about 1x) is far slower after 3 samples.
+  v1::EvaluationResult raced = ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/1000));
+  ASSERT_EQ(raced.outcome(), v1::OUTCOME_OK) << raced.message();
+  for (const auto& t : raced.timings()) {
+    EXPECT_TRUE(t.raced()) << t.size_set();
+    // After race_samples (fewer than min_samples); the stale check still ran on the last one.
+    EXPECT_EQ(t.candidate().samples(), opts_.race_samples) << t.size_set();
+  }
+  // Against a best it could beat, it is timed in full.
+  v1::EvaluationResult full = ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/0.001));
+  ASSERT_EQ(full.outcome(), v1::OUTCOME_OK) << full.message();
+  for (const auto& t : full.timings()) EXPECT_FALSE(t.raced()) << t.size_set();
+}
+
+TEST_F(BenchmarkStageTest, FinalistsAreRemeasuredSideBySideAndACheatLeavesTheRanking) {
+  opts_.confirm_samples = 3;
+  auto ev = MakeEvaluator();
+  if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+  v1::EvaluationRequest req;
+  req.set_request_id("job-confirm");
+  *req.mutable_problem() = problem_;
+  req.mutable_candidate()->set_id("job-confirm000003");
+  req.mutable_confirm()->set_rounds(5);
+  // The slow one first: the ranking comes from this measurement, not from the order given.
+  *req.mutable_confirm()->add_finalists() = Cand("slow", 64, 40);
+  *req.mutable_confirm()->add_finalists() = Cand("wrong", 64, 1, kWrong);
+  *req.mutable_confirm()->add_finalists() = Cand("fast", 64, 1);
+  v1::EvaluationResult r = ev->Evaluate(req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.candidate_id(), "job-confirm000003");
+  const v1::Confirmation& c = r.confirmation();
+  ASSERT_EQ(c.finalists_size(), 3);
+  EXPECT_EQ(c.finalists(0).candidate_id(), "fast");
+  EXPECT_EQ(c.finalists(1).candidate_id(), "slow");
+  EXPECT_EQ(c.finalists(2).candidate_id(), "wrong");
+  EXPECT_EQ(c.finalists(2).outcome(), v1::OUTCOME_WRONG_ANSWER);
+  EXPECT_THAT(c.finalists(2).message(), HasSubstr("validate"));
+  for (int i = 0; i < 2; ++i) {
+    const auto& f = c.finalists(i);
+    EXPECT_EQ(f.outcome(), v1::OUTCOME_OK);
+    EXPECT_EQ(f.rounds(), 5);
+    EXPECT_LE(f.speedup_low(), f.speedup());
+    EXPECT_GE(f.speedup_high(), f.speedup());
+    EXPECT_GT(f.speedup_low(), 0);
+  }
+  // 40 passes against one: beyond any noise on this machine.
+  EXPECT_TRUE(c.separated()) << c.note();
+  EXPECT_GT(c.finalists(0).speedup_low(), c.finalists(1).speedup_high());
+  EXPECT_DOUBLE_EQ(r.speedup(), c.finalists(0).speedup());
+
+  // Two copies of one kernel cannot be told apart: the note says so.
+  v1::EvaluationRequest same = req;
+  same.mutable_confirm()->clear_finalists();
+  *same.mutable_confirm()->add_finalists() = Cand("one", 64, 1);
+  *same.mutable_confirm()->add_finalists() = Cand("two", 64, 1, std::string(kSeed) + "#define UNUSED 1\n");
+  r = ev->Evaluate(same);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_FALSE(r.confirmation().separated());
+  EXPECT_THAT(r.confirmation().note(), HasSubstr("too noisy to separate"));
+}
+
+TEST_F(BenchmarkStageTest, AConfirmRequestOutOfBoundsIsRefused) {
+  auto ev = MakeEvaluator();
+  if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+  v1::EvaluationRequest req;
+  *req.mutable_problem() = problem_;
+  req.mutable_candidate()->set_id("c");
+  req.mutable_confirm()->set_rounds(5);
+  EXPECT_THAT(ev->CheckRequest(req).message(), HasSubstr("confirm.finalists"));
+  for (int i = 0; i <= opts_.max_finalists; ++i) *req.mutable_confirm()->add_finalists() = Cand("f", 64, 1);
+  EXPECT_THAT(ev->CheckRequest(req).message(), HasSubstr("confirm.finalists"));
+  req.mutable_confirm()->mutable_finalists()->DeleteSubrange(0, 1);
+  req.mutable_confirm()->set_rounds(opts_.max_confirm_rounds + 1);
+  EXPECT_THAT(ev->CheckRequest(req).message(), HasSubstr("confirm.rounds"));
+}
+
+TEST_F(BenchmarkStageTest, TheRuntimeKernelCacheOutlivesTheWorker) {
+  opts_.sandbox.runtime_cache_dir = dir_.path() + "/runtime-cache";
+  {
+    auto ev = MakeEvaluator();
+    if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+    v1::EvaluationResult r = ev->Evaluate(Request(Cand("a", 128, 1)));
+    ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  }
+  // PoCL wrote its compiled kernels there (from inside the file jail), not into the sandbox's
+  // own folder, which went with the worker.
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(opts_.sandbox.runtime_cache_dir + "/pocl")) {
+    files += e.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_GT(files, 0u);
+  EXPECT_EQ(fs::status(opts_.sandbox.runtime_cache_dir + "/pocl").permissions() & fs::perms::others_all, fs::perms::none);
+}
+
+}  // namespace
+}  // namespace kforge::worker

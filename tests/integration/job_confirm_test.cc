@@ -1,0 +1,178 @@
+// The job's finalists re-measured before it reports its best: the driver sends one ConfirmRequest
+// once the search ended, takes the winner there as the job's best, keeps the re-measurement in the
+// job, and still ends (saying why) when the worker cannot answer it. A scripted worker answers, so
+// the ranking is the test's choice; the real measurement is in benchmark_stage_test.cc.
+
+#include <atomic>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/problem_loader.h"
+#include "common/queue/memory_queue.h"
+#include "common/queue/stream.h"
+#include "common/store/memory_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/coordinator/job_api.h"
+#include "services/coordinator/job_runner.h"
+#include "services/llm-proxy/parametric_mutator.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace kforge::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kYaml[] = R"yaml(name: scale-confirm
+backend: opencl
+sizes: {N: 1024}
+buffers:
+  x: {dtype: f32, shape: [N], role: in}
+  y: {dtype: f32, shape: [N], role: out}
+reference:
+  source: k.cl
+  launches: [{kernel: scale, global: [N], local: [64], args: [x, y, N]}]
+seed:
+  source: k.cl
+  params: {WG: [16, 32, 64, 128]}
+  launches: [{kernel: scale, global: [N], local: [WG], args: [x, y, N]}]
+)yaml";
+
+constexpr char kKernel[] =
+    "kernel void scale(global const float* x, global float* y, int n) {\n"
+    "  int i = get_global_id(0);\n"
+    "  if (i < n) y[i] = 2.0f * x[i];\n"
+    "}\n";
+
+enum class ConfirmAnswer { kReverse, kFail };
+
+class JobConfirmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("p/problem.yaml", kYaml);
+    dir_.Write("p/k.cl", kKernel);
+    auto p = LoadProblem(dir_.path() + "/p");
+    ASSERT_TRUE(p.ok()) << p.status();
+    problem_ = *p;
+  }
+
+  // Runs a 4-candidate job whose WG=k candidate measures k/16 x; the confirm request is answered
+  // as `answer` says. Returns the job as it ended.
+  v1::Job RunJob(ConfirmAnswer answer, int finalists) {
+    RealClock clock;
+    MemoryWorkQueue queue(clock, 1000);
+    llm::ParametricMutator mutator;
+    JobRunner runner(store_, queue, mutator, clock, log_, {.finalists = finalists, .confirm_rounds = 7});
+    v1::JobSpec spec;
+    *spec.mutable_problem() = problem_;
+    spec.mutable_budget()->set_max_candidates(4);
+    spec.set_seed(3);
+    spec.set_tenant("t");
+    auto job = runner.Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    std::atomic<bool> stop_worker{false};
+    std::thread worker([&] {
+      const std::string stream = StreamFor(problem_);
+      while (!stop_worker) {
+        auto item = queue.Dequeue(stream, "scripted", 0.02);
+        if (!item.ok() || !item->has_value()) continue;
+        const v1::EvaluationRequest& req = (*item)->request;
+        v1::EvaluationResult r;
+        r.set_request_id(req.request_id());
+        r.set_job_id(req.job_id());
+        r.set_candidate_id(req.candidate().id());
+        r.set_worker_id("scripted");
+        if (req.has_confirm()) {
+          ++confirms_;
+          last_confirm_ = req;
+          if (answer == ConfirmAnswer::kFail) {
+            r.set_outcome(v1::OUTCOME_INFRA_ERROR);
+            r.set_message("reference benchmark: the device went away");
+          } else {
+            // The slowest finalist wins, clearly: the first measurement was luck.
+            r.set_outcome(v1::OUTCOME_OK);
+            auto* c = r.mutable_confirmation();
+            c->set_separated(true);
+            for (int i = req.confirm().finalists_size() - 1; i >= 0; --i) {
+              auto* f = c->add_finalists();
+              f->set_candidate_id(req.confirm().finalists(i).id());
+              f->set_outcome(v1::OUTCOME_OK);
+              f->set_speedup(10.0 - i);
+              f->set_speedup_low(9.8 - i);
+              f->set_speedup_high(10.2 - i);
+              f->set_rounds(req.confirm().rounds());
+            }
+          }
+        } else {
+          r.set_outcome(v1::OUTCOME_OK);
+          r.set_speedup(static_cast<double>(req.candidate().params().at("WG")) / 16);
+        }
+        EXPECT_TRUE(queue.Complete(stream, **item, r).ok());
+      }
+    });
+    std::atomic<bool> stop{false};
+    auto ended = runner.Run(job->id(), stop);
+    stop_worker = true;
+    worker.join();
+    EXPECT_TRUE(ended.ok()) << ended.status();
+    return ended.ok() ? *ended : v1::Job();
+  }
+
+  testing::TempDir dir_;
+  v1::Problem problem_;
+  MemoryStore store_;
+  Logger log_ = MakeLogger("job-confirm-test", spdlog::level::warn);
+  std::atomic<int> confirms_{0};
+  v1::EvaluationRequest last_confirm_;
+};
+
+TEST_F(JobConfirmTest, TheWinnerOfTheSideBySideMeasurementIsTheJobsBest) {
+  const v1::Job job = RunJob(ConfirmAnswer::kReverse, 3);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(confirms_.load(), 1);
+  // The three fittest went, fittest first, WG=128, 64, 32.
+  ASSERT_EQ(last_confirm_.confirm().finalists_size(), 3);
+  EXPECT_EQ(last_confirm_.confirm().rounds(), 7);
+  EXPECT_EQ(last_confirm_.confirm().finalists(0).params().at("WG"), 128);
+  EXPECT_EQ(last_confirm_.confirm().finalists(2).params().at("WG"), 32);
+  EXPECT_FALSE(last_confirm_.confirm().finalists(0).source().empty());
+  // The re-measurement's winner (WG=32) is the best; the job keeps the re-measurement.
+  EXPECT_EQ(job.best().params().at("WG"), 32);
+  EXPECT_EQ(job.best_result().candidate_id(), job.best().id());
+  ASSERT_EQ(job.confirmation().finalists_size(), 3);
+  EXPECT_EQ(job.confirmation().finalists(0).candidate_id(), job.best().id());
+  EXPECT_DOUBLE_EQ(job.confirmation().finalists(0).first_speedup(), 2.0);
+  EXPECT_EQ(job.confirmation().evaluations(), 4);
+  EXPECT_THAT(job.confirmation().note(), HasSubstr("re-ranked"));
+  // The re-measurement is not an evaluation: four candidates, four evaluations.
+  EXPECT_EQ(job.progress().evaluations(), 4);
+  auto evals = store_.ListEvaluations(job.id());
+  ASSERT_TRUE(evals.ok());
+  EXPECT_EQ(evals->size(), 4u);
+  // What the store holds is what the API serves: `kforge best` gets the winner.
+  auto stored = store_.GetJob(job.id());
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->best().id(), job.best().id());
+  EXPECT_EQ(stored->confirmation().finalists_size(), 3);
+}
+
+TEST_F(JobConfirmTest, AFailedReMeasurementStillEndsTheJobAndSaysWhy) {
+  const v1::Job job = RunJob(ConfirmAnswer::kFail, 2);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(confirms_.load(), 1);
+  EXPECT_EQ(job.best().params().at("WG"), 128);
+  EXPECT_EQ(job.confirmation().finalists_size(), 0);
+  EXPECT_THAT(job.confirmation().note(), HasSubstr("not re-measured: reference benchmark: the device went away"));
+}
+
+TEST_F(JobConfirmTest, NoReMeasurementWhenTurnedOff) {
+  const v1::Job job = RunJob(ConfirmAnswer::kReverse, 0);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(confirms_.load(), 0);
+  EXPECT_EQ(job.best().params().at("WG"), 128);
+  EXPECT_FALSE(job.has_confirmation());
+}
+
+}  // namespace
+}  // namespace kforge::coordinator
