@@ -124,13 +124,14 @@ class ClusterTest : public ::testing::Test {
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
   }
 
-  std::unique_ptr<BackgroundProcess> StartWorker(int i) {
+  std::unique_ptr<BackgroundProcess> StartWorker(int i, const std::string& backends = "replay") {
     const std::string cfg = dir_.Write(
         absl::StrCat("worker", i, ".yaml"),
         absl::StrCat("server: {listen: \"127.0.0.1:0\", metrics_listen: \"127.0.0.1:0\", log_level: warn}\n"
                      "worker: {id: w",
-                     i, ", backends: replay, slots: 1, replay_dirs: \"", problems_, "\"}\nqueue: {url: \"",
-                     redis_.url(), "\", pull: true}\n"));
+                     i, ", backends: ", backends, ", slots: 1, replay_dirs: \"", problems_, "\"}\nqueue: {url: \"",
+                     redis_.url(), "\", pull: true}\ncompile_cache: {dir: \"", dir_.path(), "/worker-cache", i,
+                     "\"}\n"));
     auto w = std::make_unique<BackgroundProcess>(BinaryDir() + "/services/gpu-worker/kforge-gpu-worker",
                                                  std::vector<std::string>{"--config", cfg});
     EXPECT_FALSE(w->WaitForLine("listening ", 30).empty()) << "worker " << i << " did not start";
@@ -145,8 +146,12 @@ class ClusterTest : public ::testing::Test {
   }
 
   std::string Submit(const std::string& tenant, int64_t budget, uint64_t seed) {
+    return Submit(tenant, files_, budget, seed);
+  }
+  std::string Submit(const std::string& tenant, const std::map<std::string, std::string>& files, int64_t budget,
+                     uint64_t seed) {
     v1::SubmitJobRequest req;
-    for (const auto& [name, bytes] : files_) (*req.mutable_problem_files())[name] = bytes;
+    for (const auto& [name, bytes] : files) (*req.mutable_problem_files())[name] = bytes;
     req.mutable_spec()->mutable_budget()->set_max_candidates(budget);
     req.mutable_spec()->set_seed(seed);
     v1::SubmitJobResponse resp;
@@ -266,6 +271,49 @@ TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRes
   EXPECT_EQ(kill(coordinator_->pid(), 0), 0);
   EXPECT_EQ(kill(proxy_->pid(), 0), 0);
   for (size_t i = 1; i < workers_.size(); ++i) EXPECT_EQ(kill(workers_[i]->pid(), 0), 0) << "worker " << i;
+}
+
+TEST_F(ClusterTest, AnOpenClJobReMeasuresItsFinalistsBeforeItReportsItsBest) {
+  workers_.push_back(StartWorker(9, "opencl"));
+  const std::map<std::string, std::string> files = {
+      {"problem.yaml",
+       "name: scale-cluster\nbackend: opencl\nsizes: {N: 65536}\n"
+       "buffers:\n  x: {dtype: f32, shape: [N], role: in}\n  y: {dtype: f32, shape: [N], role: out}\n"
+       "reference:\n  source: k.cl\n  launches: [{kernel: scale, global: [N], local: [64], args: [x, y, N]}]\n"
+       "seed:\n  source: k.cl\n  params: {WG: [16, 32, 64, 128]}\n"
+       "  launches: [{kernel: scale, global: [N], local: [WG], args: [x, y, N]}]\n"},
+      {"k.cl",
+       "kernel void scale(global const float* x, global float* y, int n) {\n"
+       "  int i = get_global_id(0);\n  if (i < n) y[i] = 2.0f * x[i];\n}\n"}};
+  const std::string id = Submit("team-a", files, 4, 1);
+  v1::Job job;
+  auto ended = [](v1::JobState s) {
+    return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+  };
+  for (int i = 0; i < 1200 && !ended(job.state()); ++i) {
+    job = Get("team-a", id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (job.state() == v1::JOB_STATE_FAILED && job.state_reason().find("OpenCL") != std::string::npos) {
+    GTEST_SKIP() << "no OpenCL device: " << job.state_reason();
+  }
+  ASSERT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(job.progress().evaluations(), 4);
+  // Through Redis to the OpenCL worker and back: the three fittest, timed side by side.
+  const v1::Confirmation& c = job.confirmation();
+  ASSERT_EQ(c.finalists_size(), 3) << c.note();
+  EXPECT_EQ(c.worker_id(), "w9");
+  EXPECT_EQ(c.finalists(0).candidate_id(), job.best().id());
+  EXPECT_EQ(c.finalists(0).rounds(), 9);
+  EXPECT_GT(c.finalists(0).speedup_low(), 0);
+  EXPECT_GT(c.finalists(0).first_speedup(), 0);
+  v1::GetBestRequest req;
+  req.set_job_id(id);
+  v1::GetBestResponse best;
+  ASSERT_TRUE(stub_->GetBest(Ctx(tokens_["team-a"]).get(), req, &best).ok());
+  EXPECT_EQ(best.best().candidate().id(), job.best().id());
+  // The worker's PoCL kept its compiled kernels in compile_cache.dir.
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.path() + "/worker-cache9/pocl"));
 }
 
 }  // namespace
