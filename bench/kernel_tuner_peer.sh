@@ -58,7 +58,7 @@ done
 if [ -z "$PY" ]; then
   echo "kernel_tuner_peer: skipped: 'import kernel_tuner, pyopencl, numpy, yaml' fails with ${tried[*]}" \
        "(PYTHONPATH=${PYTHONPATH:-unset}); give Kernel Tuner's path with --kt-path or KT_PYTHONPATH and" \
-       "the interpreter with --python or KT_PYTHON (install steps: bench/kernel_tuner_peer.md)"
+       "the interpreter with --python or KT_PYTHON (install steps: bench/README.md, section kforge against Kernel Tuner)"
   exit 0
 fi
 if ! "$PY" -c 'import pyopencl as cl, sys; sys.exit(0 if any(p.get_devices() for p in cl.get_platforms()) else 1)' >/dev/null 2>&1; then
