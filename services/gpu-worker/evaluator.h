@@ -44,6 +44,9 @@ struct EvaluatorOptions {
   int min_samples = 10;
   int max_samples = 200;
   double min_bench_seconds = 0.25;  // device time per size set and kernel
+  // A kernel whose validation run says it would need more device time than this for min_samples
+  // gets fewer samples (3 at least) and one warm-up: seconds-long kernels are timed, not timed out.
+  double max_bench_seconds = 3;
   int bench_input_sets = 3;         // input sets rotated between benchmark samples
   // Adaptive sampling: a candidate stops sampling once its median is known to +-this fraction
   // (~95% interval), or after min_bench_seconds, whichever comes first (min_samples at least).

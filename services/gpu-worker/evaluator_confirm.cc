@@ -67,9 +67,6 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
   for (int s = 0; s < req.problem().size_sets_size(); ++s) {
     if (req.problem().size_sets(s).bench()) bench_sets.push_back(s);
   }
-  const Run::Sampling sampling{.warmup = 1,
-                               .min_samples = options_.confirm_samples,
-                               .max_samples = options_.confirm_samples};
   std::vector<std::vector<double>> speedups(n), noises(n);
   std::vector<double> ref_noise;
   int restarts = 0;
@@ -84,7 +81,8 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     for (int set : bench_sets) {
       auto indices = ref_run.BenchIndices(set);
       absl::StatusOr<std::vector<double>> ref =
-          indices.ok() ? ref_run.TimeReference(set, *indices, sampling) : indices.status();
+          indices.ok() ? ref_run.TimeReference(set, *indices, ref_run.RoundSampling(set, /*reference=*/true))
+                       : indices.status();
       if (!ref.ok()) {
         Fail(res, v1::OUTCOME_INFRA_ERROR, absl::StrCat("re-measuring the finalists: ", ref.status().message()));
         return;
@@ -97,7 +95,8 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
         if (!alive[i]) continue;
         std::vector<double> samples;
         bool raced = false;
-        if (!runs[i]->TimeCandidate(set, *indices, sampling, clock_.MonotonicSeconds(), &samples, &raced)) {
+        if (!runs[i]->TimeCandidate(set, *indices, runs[i]->RoundSampling(set, /*reference=*/false),
+                                    clock_.MonotonicSeconds(), &samples, &raced)) {
           alive[i] = false;  // it failed again: out of the ranking, with its reason
           restarted = st.sandbox->generation() != generation;
           continue;

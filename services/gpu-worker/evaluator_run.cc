@@ -202,6 +202,10 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index) {
     }
   }
   data_->ref_outputs[{set, index}] = std::move(outs);
+  if (r.response.run().samples_seconds_size() > 0) {
+    double& t = data_->ref_run_seconds[set];
+    t = std::max(t, r.response.run().samples_seconds(0));
+  }
   return absl::OkStatus();
 }
 
@@ -212,7 +216,9 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
     data_->ref_timing_generation = sb_->generation();
   }
   if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
-  KF_ASSIGN_OR_RETURN(std::vector<double> samples, TimeReference(set, indices, ReferenceSampling()));
+  auto it = data_->ref_run_seconds.find(set);
+  const Sampling sampling = Capped(ReferenceSampling(), it == data_->ref_run_seconds.end() ? 0 : it->second);
+  KF_ASSIGN_OR_RETURN(std::vector<double> samples, TimeReference(set, indices, sampling));
   return data_->ref_timing[set] = Stats(std::move(samples));
 }
 
@@ -403,6 +409,10 @@ bool Evaluator::Run::Prepare() {
           return false;
         }
         const auto& run = r.response.run();
+        if (run.samples_seconds_size() > 0) {
+          cand_run_seconds_.resize(p_.size_sets_size(), 0);
+          cand_run_seconds_[set] = std::max(cand_run_seconds_[set], run.samples_seconds(0));
+        }
         if (!Check(set, trial, run, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
           const auto& e = res_.errors();
           EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_WRONG_ANSWER,
@@ -440,7 +450,8 @@ void Evaluator::Run::Benchmark() {
       return;
     }
     // Racing: the time the job's best would take here, from its speedup over this reference.
-    Sampling sampling = CandidateSampling();
+    Sampling sampling =
+        Capped(CandidateSampling(), set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0);
     if (req_.best_speedup() > 0 && ev_.options_.race_factor > 0) {
       sampling.race_seconds = ref->median_seconds() / req_.best_speedup() * ev_.options_.race_factor;
       sampling.race_samples = ev_.options_.race_samples;
@@ -479,6 +490,38 @@ Evaluator::Run::Sampling Evaluator::Run::ReferenceSampling() const {
   const EvaluatorOptions& o = ev_.options_;
   return Sampling{.warmup = o.warmup, .min_samples = o.min_samples, .max_samples = o.max_samples,
                   .min_seconds = o.min_bench_seconds};
+}
+
+Evaluator::Run::Sampling Evaluator::Run::Capped(Sampling s, double run_seconds) const {
+  // A kernel that takes seconds per run gets fewer samples (at least 3) rather than a timeout: its
+  // validation run said how long one takes.
+  const double cap = ev_.options_.max_bench_seconds;
+  if (run_seconds <= 0 || cap <= 0) return s;
+  const double fit = std::floor(cap / run_seconds);
+  if (fit < s.max_samples) {
+    s.max_samples = static_cast<int>(std::max(3.0, fit));
+    s.min_samples = std::min(s.min_samples, s.max_samples);
+    s.race_samples = std::min(s.race_samples, s.max_samples);
+  }
+  if (run_seconds * s.warmup > cap / 2) s.warmup = std::min(s.warmup, 1);
+  return s;
+}
+
+Evaluator::Run::Sampling Evaluator::Run::RoundSampling(int set, bool reference) const {
+  Sampling s{.warmup = 1, .min_samples = ev_.options_.confirm_samples, .max_samples = ev_.options_.confirm_samples};
+  double run_seconds = 0;
+  if (reference) {
+    auto it = data_->ref_run_seconds.find(set);
+    run_seconds = it == data_->ref_run_seconds.end() ? 0 : it->second;
+  } else if (set < static_cast<int>(cand_run_seconds_.size())) {
+    run_seconds = cand_run_seconds_[set];
+  }
+  const double cap = ev_.options_.max_bench_seconds / 3;
+  if (run_seconds > 0 && run_seconds * (s.max_samples + s.warmup) > cap) {
+    s.max_samples = s.min_samples = static_cast<int>(std::max(1.0, std::floor(cap / run_seconds)));
+    s.warmup = run_seconds * (s.max_samples + 1) > cap ? 0 : 1;
+  }
+  return s;
 }
 
 Evaluator::Run::Sampling Evaluator::Run::CandidateSampling() const {

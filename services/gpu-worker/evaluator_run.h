@@ -26,6 +26,7 @@ struct Evaluator::ProblemData {
   int ref_program = -1;
   int ref_generation = -1;
   std::map<int, v1::TimingStats> ref_timing;  // by size set, valid for ref_timing_generation
+  std::map<int, double> ref_run_seconds;      // by size set: its slowest validation run
   int ref_timing_generation = -1;
 };
 
@@ -76,6 +77,9 @@ class Evaluator::Run {
   bool TimeCandidate(int set, const std::vector<int>& indices, const Sampling& sampling, double t0,
                      std::vector<double>* samples, bool* raced);
   v1::EvaluationResult& result() { return res_; }
+  // How a confirmation round samples this candidate (or the reference) on a size set: a few
+  // samples, fewer for a kernel whose run takes long (a round gets a third of max_bench_seconds).
+  Sampling RoundSampling(int set, bool reference) const;
 
  private:
   // Closes the current stage; false (and the result's outcome set) when it failed.
@@ -120,6 +124,8 @@ class Evaluator::Run {
   absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
   Sampling ReferenceSampling() const;
   Sampling CandidateSampling() const;
+  // `s` with fewer samples for a kernel whose one run takes `run_seconds` (see max_bench_seconds).
+  Sampling Capped(Sampling s, double run_seconds) const;
   // `resident`: inputs go by key when the sandbox holds them (candidate runs). Reference runs
   // always carry their bytes: the answers every candidate is judged by come from inputs the
   // worker sent in that very request.
@@ -143,6 +149,7 @@ class Evaluator::Run {
   std::vector<std::map<std::string, int64_t>> cand_scratch_;
   std::vector<std::vector<v1::KernelCall>> ref_calls_;
   int cand_program_ = -1;
+  std::vector<double> cand_run_seconds_;  // by size set: the candidate's slowest validation run
   double start_ = 0;
 };
 
