@@ -150,6 +150,7 @@ class Evaluator::Run {
   std::vector<std::vector<v1::KernelCall>> ref_calls_;
   int cand_program_ = -1;
   std::vector<double> cand_run_seconds_;  // by size set: the candidate's slowest validation run
+  std::vector<double> cand_fastest_run_;  // by size set: its fastest validation run
   double start_ = 0;
 };
 

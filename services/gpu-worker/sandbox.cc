@@ -344,6 +344,12 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
   if (!st.ok()) {
     out.status = CallStatus::kCrashed;
     out.message = Reap(false);
+    if (absl::StrContains(out.message, "SIGXCPU")) {
+      // Our own CPU-time backstop (LimitCpu): the request ran too long, a timeout, not a crash
+      // that a fresh sandbox might not repeat.
+      out.status = CallStatus::kTimeout;
+      out.message = "CPU time limit of the request exceeded (SIGXCPU); sandbox killed";
+    }
     return out;
   }
   bytes_received_ += static_cast<int64_t>(out.response.ByteSizeLong()) + 4;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 
@@ -29,8 +30,9 @@ namespace {
 
 // Device buffers for one buffer set; freed on scope exit.
 // Buffers missing from a set are taken from `shared` (set 0): benchmark sets differ only in their
-// inputs, so outputs and scratch are shared and a kernel that skips work after computing once
-// leaves another set's results behind, which the final validation catches.
+// inputs, so outputs and scratch are shared. Outputs are poisoned again before every benchmark
+// run (restore_each_run, on a poison description too): a kernel that skips work after computing
+// once leaves poison behind, which the final validation of the last run catches.
 class BoundSet {
  public:
   BoundSet(DeviceBackend& b, ResidentStore& store, BoundSet* shared)
@@ -64,17 +66,19 @@ class BoundSet {
   absl::Status Upload(const v1::BufferSet& set) {
     for (const auto& b : set.buffers()) {
       std::string_view data = b.data();
-      std::string poison;
       if (b.has_poison()) {  // ExecuteRun checked every description's size
-        poison = PoisonBytes(b.poison().dtype(), b.poison().elements(), b.poison().pattern());
-        data = poison;
+        poisons_.push_back(PoisonBytes(b.poison().dtype(), b.poison().elements(), b.poison().pattern()));
+        data = poisons_.back();
+        // Outputs poisoned again before every benchmark run: a kernel that skips work after
+        // computing once leaves poison, not an earlier answer, whichever sample is the last.
+        if (b.restore_each_run()) restore_.emplace_back(b.name(), data);
       } else if (!b.resident_key().empty()) {
         auto r = b.data().empty() ? store_.Get(b.resident_key())
                                   : store_.Put(b.resident_key(), b.data());
         if (!r.ok()) return r.status();  // the worker's bookkeeping, not the kernel: an infra error
         data = *r;  // the read-only copy: it outlives the request; a kernel writing it faults
       }
-      if (!b.has_poison()) {  // poison is a local copy; it is never restored nor compared
+      if (!b.has_poison()) {  // poison is never compared
         if (b.restore_each_run()) restore_.emplace_back(b.name(), data);
         if (b.check_unchanged()) sent_[b.name()] = data;
       }
@@ -141,6 +145,7 @@ class BoundSet {
   BoundSet* shared_;
   // Views into the request or the resident store, both of which outlive this set.
   std::vector<std::pair<std::string, std::string_view>> restore_;
+  std::deque<std::string> poisons_;  // the poisoned buffers' bytes (restore_ may point here)
   std::map<std::string, std::string_view> sent_;  // check_unchanged inputs, as sent
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
   std::set<std::string> clean_;  // inputs found to hold exactly what was sent: nothing to hide

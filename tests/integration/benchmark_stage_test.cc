@@ -161,8 +161,10 @@ TEST_F(BenchmarkStageTest, ACandidateClearlySlowerThanTheBestStopsEarly) {
   ASSERT_EQ(raced.outcome(), v1::OUTCOME_OK) << raced.message();
   for (const auto& t : raced.timings()) {
     EXPECT_TRUE(t.raced()) << t.size_set();
-    // After race_samples (fewer than min_samples); the stale check still ran on the last one.
-    EXPECT_EQ(t.candidate().samples(), opts_.race_samples) << t.size_set();
+    // Its validation runs were already far slower than the bar: one sample (its fastest
+    // validation run), or at most race_samples, never min_samples.
+    EXPECT_LE(t.candidate().samples(), opts_.race_samples) << t.size_set();
+    EXPECT_GE(t.candidate().samples(), 1) << t.size_set();
   }
   // Against a best it could beat, it is timed in full.
   v1::EvaluationResult full = ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/0.001));
