@@ -248,7 +248,13 @@ void Sandbox::LimitCpu(double timeout_seconds) {
   fields >> utime >> stime;
   const double used = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
   const rlim_t soft = static_cast<rlim_t>(used + timeout_seconds * options_.cpu_seconds_per_timeout_second + 5);
-  const rlimit lim{soft, soft + 5};
+  // Only the soft limit moves. Raising a hard limit needs CAP_SYS_RESOURCE, which a worker in a
+  // container lacks: a hard limit set once could not follow, and would end the sandbox after its
+  // first few minutes of work. SIGXCPU at the soft limit ends a spinning kernel; a sandbox that
+  // catches it still meets the wall-clock watchdog.
+  rlimit old{};
+  if (prlimit(pid_, RLIMIT_CPU, nullptr, &old) != 0) return;
+  const rlimit lim{std::min(soft, old.rlim_max), old.rlim_max};
   prlimit(pid_, RLIMIT_CPU, &lim, nullptr);
 }
 
