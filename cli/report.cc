@@ -99,6 +99,22 @@ std::string SpeedupText(const ReportedSpeedup& s) {
                          s.rounds);
 }
 
+namespace {
+
+// The best's id and reported speedup, as best.json and report.json's "best" give them.
+nlohmann::json SpeedupJson(const std::string& candidate_id, const ReportedSpeedup& s) {
+  nlohmann::json j = {{"candidate_id", candidate_id}, {"speedup", s.speedup}, {"confirmed", s.confirmed}};
+  if (s.confirmed) {
+    j["speedup_interval"] = {s.low, s.high};
+    j["confirm_rounds"] = s.rounds;
+    j["separated"] = s.separated;
+  }
+  if (!s.note.empty()) j["note"] = s.note;
+  return j;
+}
+
+}  // namespace
+
 absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v1::Candidate& b,
                        const v1::EvaluationResult& result, const ReportedSpeedup& speedup) {
   std::error_code ec;
@@ -108,14 +124,8 @@ absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v
     const char* ext = p.backend() == v1::BACKEND_CUDA ? ".cu" : ".cl";
     if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), b.source()); !st.ok()) return st;
   }
-  nlohmann::json bj = {{"candidate_id", b.id()}, {"speedup", speedup.speedup}, {"confirmed", speedup.confirmed}};
-  if (speedup.confirmed) {
-    bj["speedup_interval"] = {speedup.low, speedup.high};
-    bj["confirm_rounds"] = speedup.rounds;
-    bj["separated"] = speedup.separated;
-    bj["first_speedup"] = result.speedup();
-  }
-  if (!speedup.note.empty()) bj["note"] = speedup.note;
+  nlohmann::json bj = SpeedupJson(b.id(), speedup);
+  if (speedup.confirmed) bj["first_speedup"] = result.speedup();
   bj["params"] = ToJson(b)["params"];
   v1::LaunchPlan plan = b.plan();
   if (plan.launches().empty()) {
@@ -202,15 +212,8 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
   }
   report["top"] = top;
   if (job.has_best()) {
-    const ReportedSpeedup s = ReportedSpeedupOf(job, job.best(), job.best_result());
-    report["best"] = {{"candidate_id", job.best().id()}, {"speedup", s.speedup}, {"confirmed", s.confirmed},
-                      {"first_speedup", job.best_result().speedup()}};
-    if (s.confirmed) {
-      report["best"]["speedup_interval"] = {s.low, s.high};
-      report["best"]["confirm_rounds"] = s.rounds;
-      report["best"]["separated"] = s.separated;
-    }
-    if (!s.note.empty()) report["best"]["note"] = s.note;
+    report["best"] = SpeedupJson(job.best().id(), ReportedSpeedupOf(job, job.best(), job.best_result()));
+    report["best"]["first_speedup"] = job.best_result().speedup();
   }
   report["best_so_far"] = curve;
 

@@ -523,11 +523,15 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
   return IngestReady(/*notify=*/true);
 }
 
-bool JobDriver::Done() const {
-  if (!fail_reason_.empty() || ended_elsewhere_.has_value() || interrupt_.load()) return true;
-  if (ingested_count_ != static_cast<int64_t>(cands_.size()) || stop_reason_.empty()) return false;
-  return confirmed_ || !WantsConfirm();
+bool JobDriver::Stopping() const {
+  return !fail_reason_.empty() || ended_elsewhere_.has_value() || interrupt_.load();
 }
+
+bool JobDriver::SearchOver() const {
+  return ingested_count_ == static_cast<int64_t>(cands_.size()) && !stop_reason_.empty();
+}
+
+bool JobDriver::Done() const { return Stopping() || (SearchOver() && (confirmed_ || !WantsConfirm())); }
 
 bool JobDriver::WantsConfirm() const {
   return options_.finalists > 0 && engine_->best() != nullptr &&
@@ -536,18 +540,13 @@ bool JobDriver::WantsConfirm() const {
 
 // Once the search has ended, its finalists go to one worker to be timed side by side.
 absl::Status JobDriver::MaybeConfirm() {
-  if (confirm_.has_value() || confirmed_ || !WantsConfirm() || !fail_reason_.empty() ||
-      ended_elsewhere_.has_value() || interrupt_.load() ||
-      ingested_count_ != static_cast<int64_t>(cands_.size()) || stop_reason_.empty()) {
+  if (confirm_.has_value() || confirmed_ || !WantsConfirm() || Stopping() || !SearchOver()) {
     return absl::OkStatus();
   }
-  v1::EvaluationRequest req;
-  const std::string id = absl::StrFormat("%s-confirm%06d", job_id_, ingested_count_);
-  req.set_request_id(id);
-  req.set_job_id(job_id_);
-  *req.mutable_problem() = job_.spec().problem();
-  req.mutable_candidate()->set_id(id);
-  req.set_seed(job_.spec().seed());
+  // The candidate only names the request (see ConfirmRequest).
+  v1::Candidate name;
+  name.set_id(absl::StrFormat("%s-confirm%06d", job_id_, ingested_count_));
+  v1::EvaluationRequest req = RequestFor(name);
   req.mutable_confirm()->set_rounds(options_.confirm_rounds);
   for (const Member* m : engine_->Top(options_.finalists)) *req.mutable_confirm()->add_finalists() = m->candidate;
   KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, req));

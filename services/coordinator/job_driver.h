@@ -98,6 +98,10 @@ class JobDriver {
   absl::Status Fill();
   absl::Status IngestBatch(std::vector<ResultDelivery>& batch);
   bool Done() const;
+  // The job ends now: it failed, someone else ended it, or it was interrupted.
+  bool Stopping() const;
+  // The search is over: a stop reason, and every candidate ingested.
+  bool SearchOver() const;
   bool WantsConfirm() const;
   absl::Status MaybeConfirm();
   void ApplyConfirmation(const v1::EvaluationResult& r);

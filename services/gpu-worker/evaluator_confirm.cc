@@ -75,7 +75,7 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     if (lead == alive.end()) break;
     Run& ref_run = *runs[lead - alive.begin()];
     const int generation = st.sandbox->generation();
-    std::vector<double> log_sum(n, 0), noise_sum(n, 0);
+    std::vector<double> log_sum(n, 0), noise_sum(n, 0), round_ref_noise;
     std::vector<bool> timed(n, false);
     bool restarted = false;
     for (int set : bench_sets) {
@@ -88,7 +88,7 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
         return;
       }
       const double ref_median = Median(*ref);
-      ref_noise.push_back(RelativeSpread(*ref));
+      round_ref_noise.push_back(RelativeSpread(*ref));
       // The finalists' order rotates with the round, so that none is always timed first.
       for (int k = 0; k < n && !restarted; ++k) {
         const int i = (k + r) % n;
@@ -116,6 +116,7 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
       }
       continue;
     }
+    ref_noise.insert(ref_noise.end(), round_ref_noise.begin(), round_ref_noise.end());  // a redone round's do not count
     for (int i = 0; i < n; ++i) {
       if (!alive[i] || !timed[i] || bench_sets.empty()) continue;
       speedups[i].push_back(std::exp(log_sum[i] / static_cast<double>(bench_sets.size())));

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "services/gpu-worker/host_data.h"
 #include "services/gpu-worker/kernel_calls.h"
+#include "services/gpu-worker/sample_stats.h"
 
 namespace kforge::worker {
 
@@ -23,12 +24,10 @@ v1::TimingStats Stats(std::vector<double> s) {
   v1::TimingStats t;
   if (s.empty()) return t;
   std::sort(s.begin(), s.end());
-  auto q = [&](double p) { return s[static_cast<size_t>(std::floor(p * (s.size() - 1) + 0.5))]; };
-  t.set_median_seconds(s.size() % 2 == 1 ? s[s.size() / 2]
-                                         : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));
+  t.set_median_seconds(SortedMedian(s));
   t.set_min_seconds(s.front());
-  t.set_p20_seconds(q(0.2));
-  t.set_p80_seconds(q(0.8));
+  t.set_p20_seconds(SortedQuantile(s, 0.2));
+  t.set_p80_seconds(SortedQuantile(s, 0.8));
   t.set_samples(static_cast<int32_t>(s.size()));
   return t;
 }

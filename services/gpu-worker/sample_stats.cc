@@ -6,18 +6,14 @@
 
 namespace kforge::worker {
 
-namespace {
-
 double SortedMedian(const std::vector<double>& s) {
   const size_t n = s.size();
   return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
-double Quantile(const std::vector<double>& s, double p) {
+double SortedQuantile(const std::vector<double>& s, double p) {
   return s[static_cast<size_t>(std::floor(p * static_cast<double>(s.size() - 1) + 0.5))];
 }
-
-}  // namespace
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -63,7 +59,7 @@ double RelativeSpread(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const double med = SortedMedian(v);
-  return med > 0 ? (Quantile(v, 0.8) - Quantile(v, 0.2)) / med : 0;
+  return med > 0 ? (SortedQuantile(v, 0.8) - SortedQuantile(v, 0.2)) / med : 0;
 }
 
 }  // namespace kforge::worker

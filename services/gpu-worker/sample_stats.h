@@ -12,6 +12,10 @@
 namespace kforge::worker {
 
 double Median(std::vector<double> v);
+// Of samples sorted ascending (non-empty): the median, and the sample at rank p * (n - 1),
+// rounded to the nearest.
+double SortedMedian(const std::vector<double>& sorted);
+double SortedQuantile(const std::vector<double>& sorted, double p);
 
 // 0-based ranks (lo, hi) in n sorted samples of the ~95% interval of the median: the widest ranks
 // with P(Binomial(n, 1/2) < lo + 1) <= 2.5%; (0, n - 1) when n is too small for 95%.

@@ -234,13 +234,13 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
       last = i % nsets;
     }
     double total = 0;
-    std::vector<double> taken;
     double fastest = 0;
     const int max_samples = std::max(req.max_samples(), std::max(req.min_samples(), 1));
     for (int i = 0; i < max_samples; ++i) {
       if (i >= req.min_samples() &&
           (total >= req.min_seconds() ||
-           (req.target_rel_error() > 0 && MedianRelError(taken) <= req.target_rel_error()))) {
+           (req.target_rel_error() > 0 &&
+            MedianRelError({r.samples_seconds().begin(), r.samples_seconds().end()}) <= req.target_rel_error()))) {
         break;
       }
       if (req.race_seconds() > 0 && i >= std::max(1, req.race_samples()) && fastest > req.race_seconds()) {
@@ -260,7 +260,6 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
       }
       r.add_samples_seconds(*t);
       total += *t;
-      taken.push_back(*t);
       fastest = i == 0 ? *t : std::min(fastest, *t);
     }
     r.set_last_set(last);
