@@ -270,7 +270,8 @@ def cmd_kforge(args):
         "tool": "kforge", "job": job, "state_reason": report["job"].get("state_reason", ""),
         "job_seconds": timing.get("elapsed_seconds"),
         "configs_evaluated": len(distinct), "evaluations": len(configs),
-        "configs_compiled": len(configs),  # no results cache across jobs: every evaluation runs
+        # evaluations reused from an earlier job in the same --db ran nothing (kforge >= this field)
+        "configs_compiled": len(configs) - timing.get("reused_evaluations", 0),
         "configs_failed": sum(1 for c in configs if not c["time_ms"]),
         "outcomes": report.get("outcome_counts", {}),
         "stages": {k: v.get("mean_seconds") for k, v in timing.get("stages", {}).items()},
@@ -322,9 +323,10 @@ def cmd_table(args):
               ("kernel_tuner", "warm"): "warm: its cache file + warm PoCL/pyopencl caches",
               ("kernel_tuner", "warm-nofile"): "warm caches, no cache file (re-tunes)",
               ("kforge", "cold"): "cold: fresh --db, HOME" + (", --cache-dir" if args.cache_dir else ""),
-              ("kforge", "warm"): "warm: same --db, HOME" + (", --cache-dir" if args.cache_dir else "") + " again"}
+              ("kforge", "warm"): "warm: same --db, HOME" + (", --cache-dir" if args.cache_dir else "") + " again",
+              ("kforge", "warm-fresh"): "warm caches, --fresh (re-tunes)"}
     order = [("kernel_tuner", "cold"), ("kforge", "cold"), ("kernel_tuner", "warm"), ("kforge", "warm"),
-             ("kernel_tuner", "warm-nofile")]
+             ("kernel_tuner", "warm-nofile"), ("kforge", "warm-fresh")]
     rate = {}
     print("| tool | mode | rounds | wall s, median (range) | configs evaluated (compiled and run) | configs/min | "
           "best config (median round) | its time | speedup vs the reference, each tool's own timing |")
@@ -361,7 +363,7 @@ def cmd_table(args):
     for n in notes:
         print(f"  {n}")
     print()
-    for mode, kt_mode in (("cold", "cold"), ("warm", "warm"), ("warm", "warm-nofile")):
+    for mode, kt_mode in (("cold", "cold"), ("warm", "warm"), ("warm", "warm-nofile"), ("warm-fresh", "warm-nofile")):
         if ("kforge", mode) in rate and ("kernel_tuner", kt_mode) in rate:
             print(f"kforge {mode} / Kernel Tuner {kt_mode}, configurations per minute: "
                   f"{rate[('kforge', mode)] / rate[('kernel_tuner', kt_mode)]:.2f}")

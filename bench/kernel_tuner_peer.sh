@@ -10,6 +10,10 @@
 #   Kernel Tuner warm   the cold run's cache file, PoCL and pyopencl caches again (a user re-running)
 #   kforge warm         the cold run's --db, HOME (and --cache-dir) again
 #   Kernel Tuner warm, no cache file   warm PoCL and pyopencl caches, every configuration re-run
+#   kforge warm, --fresh                the same caches, every configuration re-run
+#
+# A warm kforge run reuses the earlier job's evaluations from its --db (like Kernel Tuner's cache
+# file); with --fresh it measures every configuration again.
 #
 # and prints the median wall seconds, configurations evaluated, configurations per minute and the
 # best configuration each found, and the kforge / Kernel Tuner ratios of configurations per minute.
@@ -111,9 +115,9 @@ kt_run() {  # round mode dir cachefile
   sed -n 's/^  kernel_tuner: /  /p' "$d/kt-$mode.log"
 }
 
-kf_run() {  # round mode dir
+kf_run() {  # round mode dir [more kforge run options]
   local round=$1 mode=$2 d=$3 out="$3/kf-$2" t0 t1
-  local args=(run "$PROBLEM" --budget "$NCONF" --workers 1 --db "$d/kforge.db" --out "$out" --quiet)
+  local args=(run "$PROBLEM" --budget "$NCONF" --workers 1 --db "$d/kforge.db" --out "$out" --quiet "${@:4}")
   mkdir -p "$d/home"
   [ $KF_CACHE_FLAG = 1 ] && args+=(--cache-dir "$d/kforge-cache")
   # shellcheck disable=SC2206
@@ -150,6 +154,7 @@ for r in $(seq "$ROUNDS"); do
   kt_run "$r" warm "$kt_dir" "$kt_dir/kt_cache.json"
   kf_run "$r" warm "$kf_dir"
   kt_run "$r" warm-nofile "$kt_dir" ""
+  kf_run "$r" warm-fresh "$kf_dir" --fresh
 done
 
 echo

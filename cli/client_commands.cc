@@ -145,6 +145,7 @@ int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
   spec.mutable_budget()->set_patience(args.patience);
   spec.mutable_evolution()->set_screen_children(args.screen);
   spec.set_seed(args.seed);
+  spec.set_fresh(args.fresh);
   spec.set_priority(args.priority);
   spec.set_display_name(problem->name());
   req.set_idempotency_key(args.idempotency_key);
@@ -399,6 +400,9 @@ void ClientCommands::Register(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   submit_cmd_->add_option("--idempotency-key", submit_.idempotency_key,
                           "a retried submit with the same key gets the same job");
+  submit_cmd_->add_flag("--fresh", submit_.fresh,
+                        "measure every candidate anew (by default a candidate one of your earlier jobs evaluated on "
+                        "the same problem and device class is not run again: that evaluation is reused)");
   submit_cmd_->add_flag("--watch", submit_.watch, "follow the job's progress until it ends");
   add_client_options(submit_cmd_);
 

@@ -28,6 +28,7 @@ struct SubmitArgs {
   int64_t patience = 0;
   int screen = 0;
   std::string idempotency_key;
+  bool fresh = false;  // measure every candidate; no earlier job's evaluation is reused
   bool watch = false;
 };
 

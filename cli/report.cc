@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/dtype.h"
 #include "common/launch.h"
 #include "google/protobuf/util/json_util.h"
@@ -179,7 +181,14 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
   };
   std::map<int, StageTotal> stages;  // by v1::Stage, so in pipeline order
   int64_t bytes_sent = 0, bytes_received = 0;
+  std::set<std::string> reused_from;  // the earlier jobs whose evaluations this job reused
+  int64_t reused = 0;
   for (const auto& e : evals) {
+    if (!e.reused_from_job().empty()) {  // measured, and paid for, by another job
+      reused_from.insert(e.reused_from_job());
+      ++reused;
+      continue;
+    }
     bytes_sent += e.sandbox_bytes_sent();
     bytes_received += e.sandbox_bytes_received();
     for (const auto& s : e.stages()) {
@@ -196,7 +205,9 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
         {"mean_seconds", t.seconds / static_cast<double>(t.evaluations)}};
   }
   report["timing"]["stages"] = stage_json;
-  const double n_evals = std::max<double>(1, static_cast<double>(evals.size()));
+  report["timing"]["reused_evaluations"] = reused;
+  report["reused_from_jobs"] = reused_from;
+  const double n_evals = std::max<double>(1, static_cast<double>(evals.size() - reused));
   report["timing"]["sandbox_bytes_per_evaluation"] = {{"sent", bytes_sent / n_evals},
                                                       {"received", bytes_received / n_evals}};
   nlohmann::json top = nlohmann::json::array();
@@ -221,6 +232,10 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
                                 v1::JobState_Name(job.state()), ": ", job.state_reason(), ")\n",
                                 "- backend: ", BackendName(p.backend()), "\n",
                                 absl::StrFormat("- evaluations: %d in %.1f s\n", evals.size(), job.progress().elapsed_seconds()));
+  if (reused > 0) {
+    absl::StrAppend(&md, "  - ", reused, " of them reused from earlier jobs on the same problem and device (",
+                    absl::StrJoin(reused_from, ", "), "), not run again; `--fresh` measures every candidate\n");
+  }
   if (job.has_best()) {
     const v1::Candidate& b = job.best();
     const ParamAssignment params(b.params().begin(), b.params().end());
@@ -245,7 +260,7 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
     absl::StrAppend(
         &md,
         "\n## Where the time went\n\nPer evaluation that reached the stage (a sandbox's first "
-        "evaluation also measures the reference).\n\n| stage | evaluations | mean | total "
+        "evaluation also measures the reference; reused evaluations are not counted).\n\n| stage | evaluations | mean | total "
         "|\n|---|---|---|---|\n");
     for (const auto& [stage, t] : stages) {
       absl::StrAppend(
@@ -266,6 +281,10 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
                                     "every finalist in turn on one worker (reference noise %.1f%%); speedup is the "
                                     "median over rounds with its ~95%% interval.\n\n",
                                     100 * c.reference_noise()),
+                    c.reused_from_job().empty()
+                        ? ""
+                        : absl::StrCat("These are the measurements of job `", c.reused_from_job(),
+                                       "`, which re-measured the same finalists (this job reused its evaluations).\n\n"),
                     "| # | candidate | speedup | 95% interval | noise | first measured |\n|---|---|---|---|---|---|\n");
     for (int i = 0; i < c.finalists_size(); ++i) {
       const v1::FinalistTiming& f = c.finalists(i);

@@ -78,6 +78,28 @@ int RunJob(const RunArgs& args) {
   }
   if (args.workers < 1 || args.workers > 64) return BadInput("--workers must be between 1 and 64");
   const std::string db_shown = RedactUrlPassword(args.db);
+  auto log = MakeLogger("kforge", spdlog::level::warn);
+  RealClock clock;
+
+  // Workers: each with its own evaluator and so its own sandbox process, started (probed) while
+  // the store opens: a runtime's start is a good part of a short run (PoCL's ~0.15 s here). The
+  // device the probe finds is the job's device class: earlier jobs' evaluations on it are reused
+  // (unless --fresh).
+  std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
+  std::vector<v1::HelloResponse> hellos(static_cast<size_t>(args.workers));
+  std::vector<std::jthread> probes;  // joined before any return
+  for (int i = 0; i < args.workers; ++i) {
+    worker::EvaluatorOptions eo;
+    eo.worker_id = absl::StrCat("local-", i);
+    eo.run_timeout_seconds = args.timeout_seconds;
+    eo.compile_timeout_seconds = args.compile_timeout_seconds;
+    eo.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
+    evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
+    if (problem->backend() != v1::BACKEND_REPLAY) {
+      probes.emplace_back([&, i] { hellos[i] = evaluators[i]->Probe(problem->backend()); });
+    }
+  }
+
   // A SQLite file (embedded), or the cluster's PostgreSQL (postgresql://user@host:port/db).
   absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(args.db);
   if (!store.ok()) {
@@ -89,8 +111,6 @@ int RunJob(const RunArgs& args) {
     return BadInput(std::string(store.status().message()));
   }
 
-  auto log = MakeLogger("kforge", spdlog::level::warn);
-  RealClock clock;
   // The in-process queue, or Redis Streams. Workers extend their leases every lease / 3 while
   // they evaluate, so a Redis lease can be short: a dead worker's item comes back quickly.
   std::unique_ptr<WorkQueue> queue_owner;
@@ -156,7 +176,29 @@ int RunJob(const RunArgs& args) {
     mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
   }
   Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);
-  coordinator::JobRunner runner(**store, queue, mutator, clock, log, {.slots = args.workers, .finalists = args.finalists, .confirm_rounds = args.confirm_rounds});
+  for (auto& t : probes) t.join();
+  std::string device_class;
+  for (int i = 0; i < args.workers; ++i) {
+    if (problem->backend() != v1::BACKEND_REPLAY) {
+      const v1::HelloResponse& hello = hellos[i];
+      if (!hello.available()) {
+        std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "
+                  << hello.unavailable_reason() << "\n";
+        return 1;
+      }
+      if (i == 0) {
+        device_class = hello.device().name();
+        if (!args.quiet) {
+          std::cout << "device: " << hello.device().name() << " (" << BackendName(problem->backend()) << ")\n";
+        }
+      }
+    }
+  }
+  coordinator::JobRunner runner(**store, queue, mutator, clock, log,
+                                {.slots = args.workers,
+                                 .device_class = device_class,
+                                 .finalists = args.finalists,
+                                 .confirm_rounds = args.confirm_rounds});
 
   std::string job_id = args.job_id;
   if (args.resume && job_id.empty()) {
@@ -183,6 +225,7 @@ int RunJob(const RunArgs& args) {
     spec.mutable_evolution()->set_islands(args.islands);
     spec.mutable_evolution()->set_screen_children(args.screen);
     spec.set_seed(args.seed);
+    spec.set_fresh(args.fresh);
     spec.set_tenant("local");
     auto job = runner.Submit(spec);
     if (!job.ok()) return BadInput(std::string(job.status().message()));
@@ -196,29 +239,10 @@ int RunJob(const RunArgs& args) {
     }
   }
 
-  // Workers: each with its own evaluator and so its own sandbox process.
-  std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
   std::vector<std::thread> threads;
   std::atomic<bool> workers_stop{false};
-  const std::string stream = StreamFor(*problem);
+  const std::string stream = StreamFor(*problem, device_class);
   for (int i = 0; i < args.workers; ++i) {
-    worker::EvaluatorOptions eo;
-    eo.worker_id = absl::StrCat("local-", i);
-    eo.run_timeout_seconds = args.timeout_seconds;
-    eo.compile_timeout_seconds = args.compile_timeout_seconds;
-    eo.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
-    evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
-    if (problem->backend() != v1::BACKEND_REPLAY) {
-      v1::HelloResponse hello = evaluators.back()->Probe(problem->backend());
-      if (!hello.available()) {
-        std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "
-                  << hello.unavailable_reason() << "\n";
-        return 1;
-      }
-      if (i == 0 && !args.quiet) {
-        std::cout << "device: " << hello.device().name() << " (" << BackendName(problem->backend()) << ")\n";
-      }
-    }
     threads.emplace_back([&, i] {
       worker::QueueWorker w(worker_queue, *evaluators[i], stream, absl::StrCat("local-", i), log);
       w.Run(workers_stop);
@@ -282,6 +306,10 @@ int RunJob(const RunArgs& args) {
                                job->state_reason(), job->progress().evaluations(),
                                job->progress().elapsed_seconds(), SpeedupText(best), Counts(counts));
   if (!best.note.empty()) std::cout << "note: " << best.note << "\n";
+  if (const int64_t reused = job->progress().reused(); reused > 0) {
+    std::cout << reused << " of the evaluations were reused from earlier jobs in " << db_shown
+              << " (run with --fresh to measure every candidate)\n";
+  }
   if (job->state() == v1::JOB_STATE_INTERRUPTED) {
     std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << db_shown << "\n";
   }

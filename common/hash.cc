@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
@@ -17,10 +18,9 @@
 
 namespace kforge {
 
-std::string Sha256Hex(absl::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  KF_CHECK(EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) == 1);
+namespace {
+
+std::string Hex(const unsigned char* digest, unsigned int len) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(len * 2);
@@ -31,6 +31,15 @@ std::string Sha256Hex(absl::string_view data) {
   return out;
 }
 
+}  // namespace
+
+std::string Sha256Hex(absl::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  KF_CHECK(EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) == 1);
+  return Hex(digest, len);
+}
+
 namespace {
 
 // How a character takes part in tokens, for deciding whether white space between two can go.
@@ -39,7 +48,7 @@ enum class CharClass { kWord, kQuote, kSeparator, kOperator };
 CharClass ClassOf(char c) {
   const auto u = static_cast<unsigned char>(c);
   // '.' counts as a word character: "1 .5" and "1.5" are different tokens.
-  if (std::isalnum(u) || c == '_' || c == '$' || c == '.' || u >= 0x80) return CharClass::kWord;
+  if (absl::ascii_isalnum(u) || c == '_' || c == '$' || c == '.' || u >= 0x80) return CharClass::kWord;
   if (c == '"' || c == '\'') return CharClass::kQuote;
   if (c == '(' || c == ')' || c == '[' || c == ']' || c == '{' || c == '}' || c == ',' || c == ';') {
     return CharClass::kSeparator;
@@ -60,10 +69,10 @@ bool SpaceMatters(char prev, char next) {
 
 bool IsWordChar(char c) {
   const auto u = static_cast<unsigned char>(c);
-  return std::isalnum(u) || c == '_' || c == '$' || u >= 0x80;
+  return absl::ascii_isalnum(u) || c == '_' || c == '$' || u >= 0x80;
 }
 
-bool IsDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+bool IsDigit(char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }
 
 // Past the string or character literal that starts at `i` (its quote): after the closing quote,
 // or at the end of the line when it has none.
@@ -351,12 +360,35 @@ std::string HashProblem(const v1::Problem& problem) {
   return Sha256Hex(Deterministic(copy));
 }
 
-std::string HashCandidate(const v1::Candidate& candidate) {
-  std::string buf = absl::StrCat("source\n", NormaliseSource(candidate.source()), "\nplan\n",
-                                 Deterministic(candidate.plan()), "\nparams\n");
+std::string HashCandidate(const v1::Candidate& candidate) { return CandidateHasher().Hash(candidate); }
+
+void CandidateHasher::CtxDeleter::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }
+
+CandidateHasher::CandidateHasher() : prefix_(EVP_MD_CTX_new()), work_(EVP_MD_CTX_new()) {
+  KF_CHECK(prefix_ != nullptr && work_ != nullptr);
+}
+
+CandidateHasher::~CandidateHasher() = default;
+
+std::string CandidateHasher::Hash(const v1::Candidate& candidate) {
+  std::string plan = Deterministic(candidate.plan());
+  if (!primed_ || candidate.source() != source_ || plan != plan_) {
+    source_ = candidate.source();
+    plan_ = std::move(plan);
+    const std::string prefix = absl::StrCat("source\n", NormaliseSource(source_), "\nplan\n", plan_, "\nparams\n");
+    KF_CHECK(EVP_DigestInit_ex(prefix_.get(), EVP_sha256(), nullptr) == 1);
+    KF_CHECK(EVP_DigestUpdate(prefix_.get(), prefix.data(), prefix.size()) == 1);
+    primed_ = true;
+  }
+  std::string params;
   std::map<std::string, int64_t> sorted(candidate.params().begin(), candidate.params().end());
-  for (const auto& [k, v] : sorted) absl::StrAppend(&buf, k, "=", v, "\n");
-  return Sha256Hex(buf);
+  for (const auto& [k, v] : sorted) absl::StrAppend(&params, k, "=", v, "\n");
+  KF_CHECK(EVP_MD_CTX_copy_ex(work_.get(), prefix_.get()) == 1);
+  KF_CHECK(EVP_DigestUpdate(work_.get(), params.data(), params.size()) == 1);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  KF_CHECK(EVP_DigestFinal_ex(work_.get(), digest, &len) == 1);
+  return Hex(digest, len);
 }
 
 }  // namespace kforge

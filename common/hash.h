@@ -3,11 +3,14 @@
 // Content hashes for dedupe and caches: hex SHA-256.
 
 #include "absl/strings/string_view.h"
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "kforge/v1/candidate.pb.h"
 #include "kforge/v1/problem.pb.h"
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 
 namespace kforge {
 
@@ -37,5 +40,28 @@ std::string HashProblem(const v1::Problem& problem);
 // Hash of normalised source + launch plan + params (sorted). Ids, lineage and timestamps do not
 // count: two candidates with the same hash compute the same thing the same way.
 std::string HashCandidate(const v1::Candidate& candidate);
+
+// HashCandidate for runs of candidates that share a source and plan (the knob variants of one
+// parent): the source is normalised once per run, not once per variant. Same values as
+// HashCandidate. Not thread-safe: one per caller.
+class CandidateHasher {
+ public:
+  CandidateHasher();
+  ~CandidateHasher();
+  CandidateHasher(const CandidateHasher&) = delete;
+  CandidateHasher& operator=(const CandidateHasher&) = delete;
+  std::string Hash(const v1::Candidate& candidate);
+
+ private:
+  struct CtxDeleter {
+    void operator()(evp_md_ctx_st* ctx) const;
+  };
+  std::string source_, plan_;  // the last source and serialised plan
+  bool primed_ = false;
+  // SHA-256 with what they contribute to the hashed text absorbed: a variant hashes only its
+  // params on top.
+  std::unique_ptr<evp_md_ctx_st, CtxDeleter> prefix_;
+  std::unique_ptr<evp_md_ctx_st, CtxDeleter> work_;
+};
 
 }  // namespace kforge

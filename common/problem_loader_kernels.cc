@@ -92,9 +92,7 @@ absl::StatusOr<std::string> Loader::ReadSource(const YamlNode& node) {
   }
   // Read at most one byte over the limit, whatever the file turns into after the size check.
   std::ifstream in(path, std::ios::binary);
-  std::string text(static_cast<size_t>(kMaxSourceBytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  std::string text = ReadAtMost(in, kMaxSourceBytes);
   if (in.bad() || (!in && !in.eof())) {
     return node.Error(absl::StrCat("cannot read source file ", Q(rel)));
   }

@@ -1,5 +1,6 @@
 #include "common/yaml_reader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -174,16 +175,24 @@ absl::StatusOr<YamlNode> LoadYamlString(const std::string& text, std::string dis
   }
 }
 
+std::string ReadAtMost(std::istream& in, int64_t limit) {
+  std::string text;
+  char chunk[1 << 16];
+  while (in && static_cast<int64_t>(text.size()) <= limit) {
+    const int64_t want = std::min<int64_t>(sizeof(chunk), limit + 1 - static_cast<int64_t>(text.size()));
+    in.read(chunk, static_cast<std::streamsize>(want));
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+  }
+  return text;
+}
+
 absl::StatusOr<YamlNode> LoadYamlFile(const std::string& path, std::string display_name) {
   if (display_name.empty()) display_name = path;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(display_name, ": cannot open: ", std::strerror(errno)));
   }
-  // Read at most one byte over the limit: a device file or a pipe never fills memory.
-  std::string text(static_cast<size_t>(kMaxYamlBytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  std::string text = ReadAtMost(in, kMaxYamlBytes);
   if (in.bad()) {
     return absl::DataLossError(absl::StrCat(display_name, ": cannot read: ", std::strerror(errno)));
   }

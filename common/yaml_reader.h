@@ -4,6 +4,7 @@
 // errors read "file:line:col: field.path: what is wrong".
 
 #include <cstdint>
+#include <istream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,11 @@ namespace kforge {
 
 // Files larger than this are refused before parsing (a problem.yaml is a few KB).
 inline constexpr int64_t kMaxYamlBytes = 16 << 20;
+
+// Reads `in` to its end or to `limit` + 1 bytes, whichever comes first (the caller compares the
+// size with `limit`): a device file or a pipe never fills memory, and a small file costs its
+// size, not the limit's.
+std::string ReadAtMost(std::istream& in, int64_t limit);
 
 class YamlNode {
  public:

@@ -194,6 +194,28 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> MemoryStore::ListEvaluations(c
   return out;
 }
 
+absl::StatusOr<std::vector<v1::EvaluationResult>> MemoryStore::FindEvaluations(const EvaluationQuery& q) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<int64_t, const v1::EvaluationResult*>> found;  // (created order, evaluation)
+  for (const auto& [id, d] : jobs_) {
+    if (id == q.exclude_job_id || d.job.spec().tenant() != q.tenant ||
+        d.job.spec().problem().content_hash() != q.problem_hash) {
+      continue;
+    }
+    auto c = d.by_hash.find(q.content_hash);
+    if (c == d.by_hash.end()) continue;
+    auto e = d.evaluations.find(d.candidates[c->second].id());
+    if (e != d.evaluations.end()) found.emplace_back(d.created_order, &e->second);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<v1::EvaluationResult> out;
+  for (const auto& [order, e] : found) {
+    if (static_cast<int>(out.size()) >= q.limit) break;
+    out.push_back(*e);
+  }
+  return out;
+}
+
 absl::StatusOr<int64_t> MemoryStore::AppendEvent(v1::JobEvent event, int64_t fence) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<JobData*> w = Writable(event.job_id(), fence);

@@ -61,6 +61,9 @@ class MeteredStore final : public Store {
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override {
     return Timed("list_evaluations", [&] { return inner_.ListEvaluations(job_id); });
   }
+  absl::StatusOr<std::vector<v1::EvaluationResult>> FindEvaluations(const EvaluationQuery& query) override {
+    return Timed("find_evaluations", [&] { return inner_.FindEvaluations(query); });
+  }
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, int64_t fence) override {
     return Timed("append_event", [&] { return inner_.AppendEvent(std::move(event), fence); });
   }

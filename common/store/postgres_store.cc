@@ -72,6 +72,8 @@ const char* const kMigrations[] = {
          revoked BOOLEAN NOT NULL DEFAULT false,
          body BYTEA NOT NULL);
        CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
+    // Earlier evaluations of a candidate, found by its content hash (result reuse across jobs).
+    R"(CREATE INDEX candidates_content ON candidates(content_hash);)",
 };
 
 // Held while migrating: two coordinators starting at once migrate once.
@@ -514,6 +516,19 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::ListEvaluations
             w.exec_params("SELECT e.body FROM evaluations e JOIN candidates c ON c.job_id = e.job_id AND "
                           "c.id = e.candidate_id WHERE e.job_id = $1 ORDER BY c.sequence",
                           job_id),
+            "evaluation");
+      });
+}
+
+absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::FindEvaluations(const EvaluationQuery& q) {
+  return WithTransaction<std::vector<v1::EvaluationResult>>(
+      "find evaluations", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<std::vector<v1::EvaluationResult>> {
+        return ParseRows<v1::EvaluationResult>(
+            w.exec_params("SELECT e.body FROM candidates c JOIN evaluations e ON e.job_id = c.job_id AND "
+                          "e.candidate_id = c.id JOIN jobs j ON j.id = c.job_id WHERE c.content_hash = $1 AND "
+                          "j.tenant = $2 AND j.problem_hash = $3 AND j.id <> $4 ORDER BY j.created_order DESC "
+                          "LIMIT $5",
+                          q.content_hash, q.tenant, q.problem_hash, q.exclude_job_id, q.limit),
             "evaluation");
       });
 }

@@ -53,6 +53,7 @@ class PostgresStore final : public Store {
                                                          const std::vector<v1::EvaluationResult>& results,
                                                          int64_t fence) override;
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
+  absl::StatusOr<std::vector<v1::EvaluationResult>> FindEvaluations(const EvaluationQuery& query) override;
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, int64_t fence) override;
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id, int64_t from_sequence,
                                                        int limit) override;

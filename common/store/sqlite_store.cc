@@ -67,6 +67,8 @@ const char* const kMigrations[] = {
          revoked INTEGER NOT NULL DEFAULT 0,
          body BLOB NOT NULL);
        CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
+    // Earlier evaluations of a candidate, found by its content hash (result reuse across jobs).
+    R"(CREATE INDEX candidates_content ON candidates(content_hash);)",
 };
 
 // A prepared statement that finalises itself.
@@ -445,6 +447,16 @@ absl::StatusOr<std::vector<v1::EvaluationResult>> SqliteStore::ListEvaluations(c
          "SELECT e.body FROM evaluations e JOIN candidates c ON c.job_id = e.job_id AND c.id = e.candidate_id "
          "WHERE e.job_id = ? ORDER BY c.sequence");
   s.Text(1, job_id);
+  return CollectRows<v1::EvaluationResult>(s, "evaluation", db_, path_);
+}
+
+absl::StatusOr<std::vector<v1::EvaluationResult>> SqliteStore::FindEvaluations(const EvaluationQuery& q) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT e.body FROM candidates c JOIN evaluations e ON e.job_id = c.job_id AND e.candidate_id = c.id "
+         "JOIN jobs j ON j.id = c.job_id WHERE c.content_hash = ? AND j.tenant = ? AND j.problem_hash = ? "
+         "AND j.id <> ? ORDER BY j.created_order DESC LIMIT ?");
+  s.Text(1, q.content_hash).Text(2, q.tenant).Text(3, q.problem_hash).Text(4, q.exclude_job_id).Int(5, q.limit);
   return CollectRows<v1::EvaluationResult>(s, "evaluation", db_, path_);
 }
 

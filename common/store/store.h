@@ -28,6 +28,14 @@ struct JobQuery {
   std::string after_job_id;    // paging: only jobs created before this one ("" = from the newest)
 };
 
+struct EvaluationQuery {
+  std::string tenant;
+  std::string problem_hash;
+  std::string content_hash;    // the candidate's
+  std::string exclude_job_id;  // the asking job's own evaluations are not wanted
+  int limit = 8;
+};
+
 // A coordinator's claim on a job: in a cluster, one coordinator runs a job at a time.
 struct JobLease {
   std::string owner;
@@ -94,6 +102,11 @@ class Store {
   [[nodiscard]] absl::StatusOr<bool> PutEvaluation(const v1::EvaluationResult& result, int64_t fence);
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(
       const std::string& job_id) = 0;
+  // Earlier evaluations of one candidate (by content hash) in the other jobs of a tenant on a
+  // problem, newest job first, at most `limit` (for reusing a result instead of running the
+  // candidate again; the caller decides which are reusable, e.g. by device class).
+  [[nodiscard]] virtual absl::StatusOr<std::vector<v1::EvaluationResult>> FindEvaluations(
+      const EvaluationQuery& query) = 0;
 
   // ---- events and model calls (append-only, per job) ----
   // Appends an event; the store assigns the next sequence number (from 1) and returns it.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/dtype.h"
@@ -176,6 +178,7 @@ v1::JobProgress JobDriver::ProgressNow() const {
   p.set_elapsed_seconds(Elapsed());
   p.set_best_speedup(engine_->best() ? engine_->best()->fitness : 0);
   p.set_evaluations_since_improvement(engine_->since_improvement());
+  p.set_reused(reused_);
   p.clear_outcome_counts();
   for (const auto& [k, v] : counts_) (*p.mutable_outcome_counts())[k] = v;
   return p;
@@ -197,6 +200,7 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
     if (failures_.size() > kRecentFailures) failures_.pop_front();
   }
   ++ingested_count_;
+  if (!r.reused_from_job().empty()) ++reused_;
   ++counts_[std::string(OutcomeName(r.outcome()))];
   const bool improved = engine_->best() != nullptr && engine_->best()->fitness > before;
   if (c.mutator() == v1::MUTATOR_KIND_SEED && r.outcome() == v1::OUTCOME_INFRA_ERROR) {
@@ -240,6 +244,9 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
 }
 
 absl::Status JobDriver::IngestReady(bool notify) {
+  ingesting_ = true;
+  reused_waiting_ = false;
+  absl::Cleanup done = [&] { ingesting_ = false; };
   if (options_.in_order) {
     // In order, the ingested candidates are a prefix: cands_[0, ingested_count_).
     while (static_cast<size_t>(ingested_count_) < cands_.size()) {
@@ -422,7 +429,78 @@ absl::Status JobDriver::Propose() {
   seen_.insert(child.content_hash());
   index_[child.id()] = cands_.size();
   cands_.push_back(child);
+  KF_ASSIGN_OR_RETURN(bool reused, Reuse(cands_.back()));
+  if (reused) return absl::OkStatus();
   return queue_.Enqueue(stream_, RequestFor(cands_.back()));
+}
+
+std::string JobDriver::ReuseClass() const {
+  return options_.device_class.empty() ? device_.device_class() : stream_;
+}
+
+namespace {
+
+// What the candidate's code decides: a timeout, a crash or the worker's fault may have been the
+// machine's, and is measured again.
+bool ReusableOutcome(v1::Outcome outcome) {
+  switch (outcome) {
+    case v1::OUTCOME_OK:
+    case v1::OUTCOME_REJECTED:
+    case v1::OUTCOME_COMPILE_ERROR:
+    case v1::OUTCOME_LAUNCH_ERROR:
+    case v1::OUTCOME_WRONG_ANSWER:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<bool> JobDriver::Reuse(const v1::Candidate& c) {
+  const v1::Problem& problem = job_.spec().problem();
+  if (job_.spec().fresh() || problem.backend() == v1::BACKEND_REPLAY) return false;
+  const std::string device_class = ReuseClass();
+  if (device_class.empty()) return false;
+  absl::StatusOr<std::vector<v1::EvaluationResult>> found = store_.FindEvaluations(
+      {.tenant = job_.spec().tenant(), .problem_hash = problem.content_hash(), .content_hash = c.content_hash(),
+       .exclude_job_id = job_id_});
+  if (!found.ok()) {
+    // Reuse only saves work: without it the candidate is measured.
+    log_->warn("job={} cannot look for earlier evaluations of candidate={}: {}", job_id_, c.id(),
+               found.status().message());
+    return false;
+  }
+  for (const v1::EvaluationResult& earlier : *found) {
+    if (!ReusableOutcome(earlier.outcome()) || earlier.device().device_class() != device_class) continue;
+    v1::EvaluationResult r = earlier;
+    if (r.reused_from_job().empty()) {  // a result reused twice names where it was measured
+      r.set_reused_from_job(earlier.job_id());
+      r.set_reused_from_candidate(earlier.candidate_id());
+    }
+    r.set_request_id(c.id());
+    r.set_job_id(job_id_);
+    r.set_candidate_id(c.id());
+    absl::StatusOr<std::vector<PutOutcome>> put = store_.PutEvaluations(job_id_, {r}, fence_);
+    if (!put.ok()) {
+      if (!IsTransientStoreError(put.status())) return put.status();
+      log_->warn("job={} cannot store a reused evaluation of candidate={}: {}", job_id_, c.id(),
+                 put.status().message());
+      return false;
+    }
+    if ((*put)[0] != PutOutcome::kStored) return false;
+    evaluated_.insert(c.id());
+    results_[c.id()] = std::move(r);
+    reused_waiting_ = true;
+    if (gate_ != nullptr && gate_held_ > 0) {  // nothing runs: the slot goes back at once
+      gate_->Release(job_.spec().tenant(), 1);
+      --gate_held_;
+    }
+    log_->debug("job={} candidate={} reuses the evaluation of {}", job_id_, c.id(),
+                results_[c.id()].reused_from_candidate());
+    return true;
+  }
+  return false;
 }
 
 std::string JobDriver::BudgetReason() const {
@@ -441,7 +519,17 @@ std::string JobDriver::BudgetReason() const {
 }
 
 absl::Status JobDriver::Fill() {
-  if (!fail_reason_.empty() || ended_elsewhere_.has_value()) return absl::OkStatus();
+  for (;;) {
+    if (!fail_reason_.empty() || ended_elsewhere_.has_value()) return absl::OkStatus();
+    KF_RETURN_IF_ERROR(FillOnce());
+    // Reused results came back without a worker: ingest them here, unless an enclosing
+    // IngestReady (which proposed them) will; then there may be room for more.
+    if (!reused_waiting_ || ingesting_) return absl::OkStatus();
+    KF_RETURN_IF_ERROR(IngestReady(/*notify=*/true));
+  }
+}
+
+absl::Status JobDriver::FillOnce() {
   if (stop_reason_.empty()) stop_reason_ = BudgetReason();
   // Propose while the pipeline has room (in order: candidate k waits for candidate k - slots),
   // once the seed has been evaluated, and while the tenant's quotas admit more.
@@ -546,15 +634,53 @@ absl::Status JobDriver::MaybeConfirm() {
   // The candidate only names the request (see ConfirmRequest).
   v1::Candidate name;
   name.set_id(absl::StrFormat("%s-confirm%06d", job_id_, ingested_count_));
+  const std::vector<const Member*> top = engine_->Top(options_.finalists);
+  if (ReuseConfirmation(top)) {
+    busy_ = true;
+    return absl::OkStatus();
+  }
   v1::EvaluationRequest req = RequestFor(name);
   req.mutable_confirm()->set_rounds(options_.confirm_rounds);
-  for (const Member* m : engine_->Top(options_.finalists)) *req.mutable_confirm()->add_finalists() = m->candidate;
+  for (const Member* m : top) *req.mutable_confirm()->add_finalists() = m->candidate;
   KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, req));
   log_->info("job={} re-measuring finalists={} rounds={}", job_id_, req.confirm().finalists_size(),
              options_.confirm_rounds);
   confirm_ = std::move(req);
   busy_ = true;
   return absl::OkStatus();
+}
+
+bool JobDriver::ReuseConfirmation(const std::vector<const Member*>& finalists) {
+  if (job_.spec().fresh() || finalists.empty()) return false;
+  const std::string& from = finalists.front()->result.reused_from_job();
+  if (from.empty()) return false;
+  std::vector<std::pair<std::string, std::string>> renames;  // its candidate ids -> ours
+  for (const Member* m : finalists) {
+    if (m->result.reused_from_job() != from) return false;
+    renames.emplace_back(m->result.reused_from_candidate(), m->candidate.id());
+  }
+  absl::StatusOr<v1::Job> earlier = store_.GetJob(from);
+  if (!earlier.ok() || !earlier->has_confirmation()) return false;
+  v1::Confirmation c = earlier->confirmation();
+  if (c.finalists_size() != static_cast<int>(renames.size()) || c.device().device_class() != ReuseClass()) {
+    return false;
+  }
+  for (auto& f : *c.mutable_finalists()) {
+    auto it = std::find_if(renames.begin(), renames.end(), [&](const auto& r) { return r.first == f.candidate_id(); });
+    if (it == renames.end()) return false;  // it re-measured other candidates
+    f.set_candidate_id(it->second);
+  }
+  c.set_note(absl::StrReplaceAll(c.note(), renames));
+  c.set_reused_from_job(from);
+  c.set_evaluations(ingested_count_);
+  confirmed_ = true;
+  const v1::FinalistTiming& first = c.finalists(0);
+  if (first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
+    confirmed_best_ = first.candidate_id();
+  }
+  *job_.mutable_confirmation() = std::move(c);
+  log_->info("job={} finalists={} as re-measured by job={}", job_id_, renames.size(), from);
+  return true;
 }
 
 void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r) {

@@ -14,6 +14,13 @@
 //   holds one slot, not the job; the candidates then depend on the order results arrive in.
 // Either way each candidate ends with exactly one evaluation and the store is the truth: a driver
 // on an interrupted job resumes it without repeating or losing evaluations.
+//
+// Reuse: a candidate that an earlier job of the same tenant evaluated on the same problem and
+// device class (same content hash) is not dispatched; that evaluation is stored as this job's,
+// marked with where it was measured (EvaluationResult.reused_from_job), and ingested like any
+// other. Likewise the finalists' re-measurement, when every finalist came from one earlier job
+// that re-measured exactly them. JobSpec.fresh turns both off. The device class is the runner's
+// (JobRunnerOptions::device_class) or, for a job open to any device, that of its latest result.
 
 #include <atomic>
 #include <deque>
@@ -91,11 +98,18 @@ class JobDriver {
   v1::JobProgress ProgressNow() const;
   v1::EvaluationRequest RequestFor(const v1::Candidate& c) const;
   absl::Status Redispatch();
+  // The device class earlier evaluations must have been measured on to be reused ("" = none yet).
+  std::string ReuseClass() const;
+  // Stores an earlier job's evaluation of `c` as this job's; false when there is none to reuse.
+  absl::StatusOr<bool> Reuse(const v1::Candidate& c);
+  // Takes the finalists' re-measurement from the earlier job they all came from, when it made one.
+  bool ReuseConfirmation(const std::vector<const Member*>& finalists);
   absl::Status RecordModelCalls(int64_t seq, const v1::MutateResponse& resp);
   bool ModelBudgetSpent();
   absl::Status Propose();
   std::string BudgetReason() const;
   absl::Status Fill();
+  absl::Status FillOnce();
   absl::Status IngestBatch(std::vector<ResultDelivery>& batch);
   bool Done() const;
   // The job ends now: it failed, someone else ended it, or it was interrupted.
@@ -155,6 +169,9 @@ class JobDriver {
   double renew_every_ = 2;
   double next_renewal_ = 0;
   int64_t gate_held_ = 0;    // candidates this driver counts as in flight at the gate
+  bool ingesting_ = false;   // inside IngestReady (a reused result proposed there is ingested there)
+  bool reused_waiting_ = false;  // a reused result is stored but not ingested yet
+  int64_t reused_ = 0;           // ingested evaluations that were reused
   // The finalists' re-measurement: sent once the search ended, done when its answer came.
   std::optional<v1::EvaluationRequest> confirm_;
   bool confirmed_ = false;

@@ -46,7 +46,7 @@ std::string Screener::VariantKey(const v1::Candidate& c) {
   v1::Candidate probe;
   probe.set_source(c.source());
   *probe.mutable_plan() = c.plan();
-  return HashCandidate(probe);
+  return hasher_.Hash(probe);
 }
 
 void Screener::Record(const v1::Candidate& candidate, const v1::EvaluationResult& result) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
 #include "common/param_space.h"
 #include "kforge/v1/candidate.pb.h"
 #include "kforge/v1/evaluation.pb.h"
@@ -64,13 +65,14 @@ class Screener {
     int shape = -1;          // the surrogate's kernel shape, re-chosen as the history grows
     size_t shape_points = 0;  // history size when it was chosen
   };
-  static std::string VariantKey(const v1::Candidate& c);
+  std::string VariantKey(const v1::Candidate& c);
   // The child the oracle ranks first; nullopt when it knows none of them.
   std::optional<int> ChooseByOracle(const std::vector<const v1::Candidate*>& children) const;
   // Value positions followed by each knob's alignment class: the surrogate's point.
   std::vector<int> Features(const std::vector<int>& positions) const;
 
   const ParamSpace& space_;
+  CandidateHasher hasher_;  // a job's candidates mostly share one source: normalised once
   ScreenerOptions options_;
   std::vector<int> cardinality_;     // values per knob, for the surrogate
   std::vector<int> alignment_span_;

@@ -10,7 +10,7 @@
 
 namespace kforge::llm {
 
-v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& params) {
+v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& params, CandidateHasher* hasher) {
   v1::Candidate c;
   c.set_job_id(parent.job_id());
   c.set_source(parent.source());
@@ -18,7 +18,7 @@ v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& par
   for (const auto& [k, v] : params) (*c.mutable_params())[k] = v;
   c.add_parent_ids(parent.id());
   c.set_mutator(v1::MUTATOR_KIND_PARAMETRIC);
-  c.set_content_hash(HashCandidate(c));
+  c.set_content_hash(hasher != nullptr ? hasher->Hash(c) : HashCandidate(c));
   return c;
 }
 
@@ -148,7 +148,7 @@ size_t ParametricMutator::cached_spaces() const {
 }
 
 bool ParametricMutator::Acceptable(const Space& s, const v1::Candidate& base, const ParamAssignment& a,
-                                   const SeenFn& seen, std::string* hash) const {
+                                   const SeenFn& seen, CandidateHasher& hasher, std::string* hash) const {
   auto valid = s.space.IsValid(a);
   if (!valid.ok() || !*valid) return false;
   if (validity_ && !validity_(a)) return false;
@@ -156,13 +156,13 @@ bool ParametricMutator::Acceptable(const Space& s, const v1::Candidate& base, co
   v1::Candidate probe = base;
   probe.clear_params();
   for (const auto& [k, v] : a) (*probe.mutable_params())[k] = v;
-  *hash = HashCandidate(probe);
+  *hash = hasher.Hash(probe);
   return !seen(*hash);
 }
 
 std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
                                                             const v1::Candidate& parent,
-                                                            const SeenFn& seen,
+                                                            const SeenFn& seen, CandidateHasher& hasher,
                                                             const CancelledFn& cancelled,
                                                             std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
@@ -208,7 +208,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
     }
     if (next == *idx) continue;
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, parent, a, seen, &hash)) return a;
+    if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
   }
   // Systematic: every single-knob change at growing distance, in random order per distance.
   int max_n = 0;
@@ -227,7 +227,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
       std::vector<int> next = *idx;
       next[p] = v;
       ParamAssignment a = space.FromIndices(next);
-      if (Acceptable(s, parent, a, seen, &hash)) return a;
+      if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -235,7 +235,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
 
 std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
                                                           const v1::Candidate& parent,
-                                                          const SeenFn& seen,
+                                                          const SeenFn& seen, CandidateHasher& hasher,
                                                           std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   std::vector<int> tunable;
@@ -257,13 +257,13 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
       TowardFavoured(s.favoured[p], options_.power_of_two_jumps, &next[p], rng);
     }
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, parent, a, seen, &hash)) return a;
+    if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
   }
   return std::nullopt;
 }
 
 std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1::Candidate& parent,
-                                                        const SeenFn& seen, const CancelledFn& cancelled,
+                                                        const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
                                                         double* power_of_two, std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   const int64_t total = space.TotalAssignments();
@@ -284,7 +284,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
         a = space.FromIndices(*idx);
       }
     }
-    if (Acceptable(s, parent, a, seen, &hash)) return a;
+    if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
   }
   // Dense scan from a random offset: finds an unseen valid point whenever one exists.
   if (total <= options_.max_scan) {
@@ -293,7 +293,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
       // Millions of points may take seconds: stop when nobody waits for the answer.
       if (i % 1024 == 0 && cancelled()) return std::nullopt;
       ParamAssignment a = space.Decode((start + i) % total);
-      if (Acceptable(s, parent, a, seen, &hash)) return a;
+      if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -313,6 +313,8 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
   // Children proposed in this call count as seen for the next ones.
   std::set<std::string> local;
   SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
+  // Every child is a knob variant of the first parent: its source is normalised once.
+  CandidateHasher hasher;
   const int count = std::max(1, req.count());
   // Lowered to 0 by Reset once a call has used up the favoured positions.
   double jump_bias = options_.power_of_two_jumps;
@@ -333,27 +335,27 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
           a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
         }
         std::string hash;
-        if (Acceptable(s, p1, a, seen_all, &hash)) child = a;
+        if (Acceptable(s, p1, a, seen_all, hasher, &hash)) child = a;
       }
       note = "crossover";
     }
     if (!child && req.strategy() == "perturb") {
-      child = Perturb(s, p1, seen_all, rng);
+      child = Perturb(s, p1, seen_all, hasher, rng);
       note = "perturbation";
     }
     const bool global = req.strategy() == "global";
     const bool explore = req.strategy() == "explore" || global;
     const bool exploit = req.strategy() == "exploit";
     if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
-      child = Reset(s, p1, seen_all, cancelled, global ? &jump_bias : &reset_bias, rng);
+      child = Reset(s, p1, seen_all, hasher, cancelled, global ? &jump_bias : &reset_bias, rng);
       note = global ? "global draw" : "random reset";
     }
     if (!child) {
-      child = Neighbour(s, p1, seen_all, cancelled, rng);
+      child = Neighbour(s, p1, seen_all, hasher, cancelled, rng);
       note = "neighbour";
     }
     if (!child) {
-      child = Reset(s, p1, seen_all, cancelled, &reset_bias, rng);
+      child = Reset(s, p1, seen_all, hasher, cancelled, &reset_bias, rng);
       note = "random reset (no unseen neighbour)";
     }
     if (!child && cancelled()) {
@@ -363,7 +365,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
       resp.set_message("parameter space exhausted: every valid assignment was already proposed");
       break;
     }
-    v1::Candidate c = WithParams(p1, *child);
+    v1::Candidate c = WithParams(p1, *child, &hasher);
     if (req.parents_size() >= 2) c.add_parent_ids(req.parents(1).candidate().id());
     c.set_note(note);
     local.insert(c.content_hash());

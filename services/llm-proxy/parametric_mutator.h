@@ -20,6 +20,7 @@
 #include <set>
 #include <vector>
 
+#include "common/hash.h"
 #include "common/param_space.h"
 #include "services/llm-proxy/cancellable_mutator.h"
 
@@ -78,18 +79,18 @@ class ParametricMutator final : public CancellableMutator {
   };
   absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::MutateRequest& request);
   bool Acceptable(const Space& s, const v1::Candidate& base, const ParamAssignment& a,
-                  const SeenFn& seen, std::string* hash) const;
+                  const SeenFn& seen, CandidateHasher& hasher, std::string* hash) const;
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
-                                           const SeenFn& seen, const CancelledFn& cancelled,
+                                           const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
                                            std::mt19937_64& rng) const;
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const Space& s, const v1::Candidate& parent,
-                                         const SeenFn& seen, std::mt19937_64& rng) const;
+                                         const SeenFn& seen, CandidateHasher& hasher, std::mt19937_64& rng) const;
   // A uniformly drawn valid assignment, size knobs at a favoured position (a power of two or a
   // range end) with `*power_of_two` chance; sets it to 0 when the first few such draws find nothing
   // unseen (they are used up).
   std::optional<ParamAssignment> Reset(const Space& s, const v1::Candidate& parent,
-                                       const SeenFn& seen, const CancelledFn& cancelled,
+                                       const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
                                        double* power_of_two, std::mt19937_64& rng) const;
 
   ParametricOptions options_;
@@ -106,6 +107,7 @@ class ParametricMutator final : public CancellableMutator {
 };
 
 // Builds the child candidate of `parent` with other params (source and plan unchanged).
-v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& params);
+v1::Candidate WithParams(const v1::Candidate& parent, const ParamAssignment& params,
+                         CandidateHasher* hasher = nullptr);
 
 }  // namespace kforge::llm

@@ -1,11 +1,15 @@
 // The job's finalists re-measured before it reports its best: the driver sends one ConfirmRequest
 // once the search ended, takes the winner there as the job's best, keeps the re-measurement in the
-// job, and still ends (saying why) when the worker cannot answer it. A scripted worker answers, so
+// job, and still ends (saying why) when the worker cannot answer it. And what a later job of the
+// same tenant on the same problem and device class reuses of an earlier one's measurements
+// (evaluations, the re-measurement) instead of running them again. A scripted worker answers, so
 // the ranking is the test's choice; the real measurement is in benchmark_stage_test.cc.
 
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/problem_loader.h"
@@ -47,6 +51,17 @@ constexpr char kKernel[] =
 
 enum class ConfirmAnswer { kReverse, kFail };
 
+// How a job is run, beyond its confirm answer.
+struct RunSetup {
+  int finalists = 3;
+  std::string tenant = "t";
+  bool fresh = false;
+  std::string device_class = "dev";  // the runner's ("" = any device)
+  bool in_order = true;
+  std::string worker_device = "dev";  // the device the scripted worker says it is
+  int timeout_wg = 0;                 // the candidate with this WG times out
+};
+
 class JobConfirmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,21 +74,33 @@ class JobConfirmTest : public ::testing::Test {
 
   // Runs a 4-candidate job whose WG=k candidate measures k/16 x; the confirm request is answered
   // as `answer` says. Returns the job as it ended.
-  v1::Job RunJob(ConfirmAnswer answer, int finalists) {
+  v1::Job RunJob(ConfirmAnswer answer, int finalists) { return RunJob(answer, RunSetup{.finalists = finalists}); }
+
+  v1::Job RunJob(ConfirmAnswer answer, const RunSetup& setup) {
     RealClock clock;
     MemoryWorkQueue queue(clock, 1000);
     llm::ParametricMutator mutator;
-    JobRunner runner(store_, queue, mutator, clock, log_, {.finalists = finalists, .confirm_rounds = 7});
+    JobRunner runner(store_, queue, mutator, clock, log_,
+                     {.device_class = setup.device_class,
+                      .in_order = setup.in_order,
+                      .finalists = setup.finalists,
+                      .confirm_rounds = 7});
     v1::JobSpec spec;
     *spec.mutable_problem() = problem_;
     spec.mutable_budget()->set_max_candidates(4);
     spec.set_seed(3);
-    spec.set_tenant("t");
+    spec.set_tenant(setup.tenant);
+    spec.set_fresh(setup.fresh);
     auto job = runner.Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
     std::atomic<bool> stop_worker{false};
+    v1::DeviceInfo device;
+    device.set_name(setup.worker_device);
+    device.set_device_class(StreamFor(problem_, setup.worker_device));
+    evaluations_ = 0;
+    confirms_ = 0;
     std::thread worker([&] {
-      const std::string stream = StreamFor(problem_);
+      const std::string stream = StreamFor(problem_, setup.device_class);
       while (!stop_worker) {
         auto item = queue.Dequeue(stream, "scripted", 0.02);
         if (!item.ok() || !item->has_value()) continue;
@@ -83,6 +110,7 @@ class JobConfirmTest : public ::testing::Test {
         r.set_job_id(req.job_id());
         r.set_candidate_id(req.candidate().id());
         r.set_worker_id("scripted");
+        *r.mutable_device() = device;
         if (req.has_confirm()) {
           ++confirms_;
           last_confirm_ = req;
@@ -94,6 +122,8 @@ class JobConfirmTest : public ::testing::Test {
             r.set_outcome(v1::OUTCOME_OK);
             auto* c = r.mutable_confirmation();
             c->set_separated(true);
+            *c->mutable_device() = device;
+            c->set_note(absl::StrCat("measured ", req.confirm().finalists(0).id()));
             for (int i = req.confirm().finalists_size() - 1; i >= 0; --i) {
               auto* f = c->add_finalists();
               f->set_candidate_id(req.confirm().finalists(i).id());
@@ -104,7 +134,11 @@ class JobConfirmTest : public ::testing::Test {
               f->set_rounds(req.confirm().rounds());
             }
           }
+        } else if (req.candidate().params().at("WG") == setup.timeout_wg) {
+          ++evaluations_;
+          r.set_outcome(v1::OUTCOME_TIMEOUT);
         } else {
+          ++evaluations_;
           r.set_outcome(v1::OUTCOME_OK);
           r.set_speedup(static_cast<double>(req.candidate().params().at("WG")) / 16);
         }
@@ -124,6 +158,7 @@ class JobConfirmTest : public ::testing::Test {
   MemoryStore store_;
   Logger log_ = MakeLogger("job-confirm-test", spdlog::level::warn);
   std::atomic<int> confirms_{0};
+  std::atomic<int> evaluations_{0};  // candidates the worker ran
   v1::EvaluationRequest last_confirm_;
 };
 
@@ -172,6 +207,95 @@ TEST_F(JobConfirmTest, NoReMeasurementWhenTurnedOff) {
   EXPECT_EQ(confirms_.load(), 0);
   EXPECT_EQ(job.best().params().at("WG"), 128);
   EXPECT_FALSE(job.has_confirmation());
+}
+
+// ---- reuse ----
+
+// Where each of a job's evaluations came from (the job that measured it; "" = this one).
+std::vector<std::string> ReusedFrom(MemoryStore& store, const std::string& job_id) {
+  std::vector<std::string> out;
+  auto evals = store.ListEvaluations(job_id);
+  EXPECT_TRUE(evals.ok());
+  if (evals.ok()) {
+    for (const auto& e : *evals) out.push_back(e.reused_from_job());
+  }
+  return out;
+}
+
+TEST_F(JobConfirmTest, ASecondJobOnTheSameProblemAndDeviceRunsNothingAgain) {
+  const v1::Job first = RunJob(ConfirmAnswer::kReverse, RunSetup{});
+  ASSERT_EQ(first.state(), v1::JOB_STATE_COMPLETED) << first.state_reason();
+  EXPECT_EQ(evaluations_.load(), 4);
+  EXPECT_EQ(first.progress().reused(), 0);
+
+  const v1::Job second = RunJob(ConfirmAnswer::kReverse, RunSetup{});
+  ASSERT_EQ(second.state(), v1::JOB_STATE_COMPLETED) << second.state_reason();
+  EXPECT_EQ(evaluations_.load(), 0);
+  EXPECT_EQ(confirms_.load(), 0);
+  EXPECT_EQ(second.progress().evaluations(), 4);
+  EXPECT_EQ(second.progress().reused(), 4);
+  EXPECT_THAT(ReusedFrom(store_, second.id()), ::testing::Each(first.id()));
+  auto evals = store_.ListEvaluations(second.id());
+  ASSERT_TRUE(evals.ok());
+  for (const auto& e : *evals) {
+    EXPECT_EQ(e.job_id(), second.id());
+    EXPECT_TRUE(absl::StartsWith(e.reused_from_candidate(), first.id())) << e.reused_from_candidate();
+  }
+  // The same best, and the first job's re-measurement under this job's candidate ids.
+  EXPECT_EQ(second.best().content_hash(), first.best().content_hash());
+  EXPECT_EQ(second.best().job_id(), second.id());
+  EXPECT_EQ(second.confirmation().reused_from_job(), first.id());
+  ASSERT_EQ(second.confirmation().finalists_size(), 3);
+  EXPECT_EQ(second.confirmation().finalists(0).candidate_id(), second.best().id());
+  EXPECT_THAT(second.confirmation().note(),
+              HasSubstr(absl::StrCat("measured ", second.confirmation().finalists(2).candidate_id())));
+  EXPECT_THAT(second.confirmation().note(), HasSubstr(absl::StrCat("re-ranked: ", second.best().id())));
+  EXPECT_THAT(second.confirmation().note(), ::testing::Not(HasSubstr(first.id())));
+
+  // A third job reuses the second's copies, naming where they were measured.
+  const v1::Job third = RunJob(ConfirmAnswer::kReverse, RunSetup{.in_order = false});
+  ASSERT_EQ(third.state(), v1::JOB_STATE_COMPLETED) << third.state_reason();
+  EXPECT_EQ(evaluations_.load(), 0);
+  EXPECT_EQ(confirms_.load(), 0);
+  EXPECT_EQ(third.progress().reused(), 4);
+  EXPECT_THAT(ReusedFrom(store_, third.id()), ::testing::Each(first.id()));
+  EXPECT_EQ(third.confirmation().reused_from_job(), first.id());
+}
+
+TEST_F(JobConfirmTest, AFreshJobMeasuresEverythingAgain) {
+  ASSERT_EQ(RunJob(ConfirmAnswer::kReverse, RunSetup{}).state(), v1::JOB_STATE_COMPLETED);
+  const v1::Job fresh = RunJob(ConfirmAnswer::kReverse, RunSetup{.fresh = true});
+  EXPECT_EQ(fresh.state(), v1::JOB_STATE_COMPLETED) << fresh.state_reason();
+  EXPECT_EQ(evaluations_.load(), 4);
+  EXPECT_EQ(confirms_.load(), 1);
+  EXPECT_EQ(fresh.progress().reused(), 0);
+  EXPECT_THAT(ReusedFrom(store_, fresh.id()), ::testing::Each(""));
+  EXPECT_TRUE(fresh.confirmation().reused_from_job().empty());
+}
+
+TEST_F(JobConfirmTest, NothingIsReusedAcrossTenantsOrDevices) {
+  ASSERT_EQ(RunJob(ConfirmAnswer::kReverse, RunSetup{}).state(), v1::JOB_STATE_COMPLETED);
+  const v1::Job other_tenant = RunJob(ConfirmAnswer::kReverse, RunSetup{.tenant = "u"});
+  EXPECT_EQ(evaluations_.load(), 4);
+  EXPECT_EQ(other_tenant.progress().reused(), 0);
+  const v1::Job other_device =
+      RunJob(ConfirmAnswer::kReverse, RunSetup{.device_class = "gpu2", .worker_device = "gpu2"});
+  EXPECT_EQ(evaluations_.load(), 4);
+  EXPECT_EQ(confirms_.load(), 1);
+  EXPECT_EQ(other_device.progress().reused(), 0);
+}
+
+TEST_F(JobConfirmTest, AnyDeviceJobReusesOnceItKnowsItsDeviceAndATimeoutIsMeasuredAgain) {
+  // The first job's WG=32 timed out: that may have been the machine, so it runs again.
+  ASSERT_EQ(RunJob(ConfirmAnswer::kReverse, RunSetup{.timeout_wg = 32}).state(), v1::JOB_STATE_COMPLETED);
+  // Open to any device: the seed's result says which device this job runs on, then the rest
+  // is reused. The finalists were not all reused from one job, so they are re-measured.
+  const v1::Job any = RunJob(ConfirmAnswer::kReverse, RunSetup{.device_class = "", .in_order = false});
+  EXPECT_EQ(any.state(), v1::JOB_STATE_COMPLETED) << any.state_reason();
+  EXPECT_EQ(evaluations_.load(), 2);  // the seed and WG=32
+  EXPECT_EQ(any.progress().reused(), 2);
+  EXPECT_EQ(confirms_.load(), 1);
+  EXPECT_TRUE(any.confirmation().reused_from_job().empty());
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ using ::kforge::testing::SynthSpace;
 using ::kforge::testing::TempDir;
 using ::kforge::testing::WriteSynthReplayProblem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Kforge() { return BinaryDir() + "/cli/kforge"; }
 
@@ -296,6 +297,31 @@ TEST(KforgeRunTest, SmallOpenClProblem) {
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].progress().evaluations(), 6);
   ExpectStoredJobConsistent(**store, jobs[0].id(), /*finished=*/true);
+  const std::string first_job = jobs[0].id();
+  store->reset();
+
+  // Again with the same --db: nothing runs again, the earlier measurements are reused and say so.
+  const std::string again = dir.path() + "/again";
+  r = RunProgram(Kforge(), {"run", dir.path() + "/scale", "--budget", "6", "--timeout", "20", "--db", db, "--out",
+                            again, "--quiet", "--cache-dir", dir.path() + "/cache"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("6 of the evaluations were reused from earlier jobs"));
+  report = ReadJson(again + "/report.json");
+  EXPECT_EQ(report["timing"]["reused_evaluations"].get<int64_t>(), 6) << report["timing"].dump();
+  EXPECT_EQ(report["reused_from_jobs"], nlohmann::json::array({first_job}));
+  EXPECT_EQ(report["job"]["confirmation"]["reused_from_job"], first_job) << report["job"].dump();
+  EXPECT_THAT(ReadFile(again + "/report.md"), HasSubstr("6 of them reused from earlier jobs"));
+  EXPECT_TRUE(report["timing"]["stages"].empty()) << "nothing ran: " << report["timing"].dump();
+
+  // --fresh measures every candidate anew.
+  const std::string fresh = dir.path() + "/fresh";
+  r = RunProgram(Kforge(), {"run", dir.path() + "/scale", "--budget", "6", "--timeout", "20", "--db", db, "--out",
+                            fresh, "--quiet", "--fresh", "--cache-dir", dir.path() + "/cache"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("reused")));
+  report = ReadJson(fresh + "/report.json");
+  EXPECT_EQ(report["timing"]["reused_evaluations"].get<int64_t>(), 0);
+  EXPECT_EQ(report["timing"]["stages"]["compile"]["evaluations"].get<int64_t>(), 6) << report["timing"].dump();
 }
 
 // ---------------------------------------------------------------------------------------------

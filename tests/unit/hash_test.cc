@@ -1,7 +1,9 @@
 #include "common/hash.h"
 
+#include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kforge/v1/candidate.pb.h"
@@ -236,6 +238,36 @@ TEST(HashCandidateTest, IsHexSha256AndStable) {
   EXPECT_EQ(h.size(), 64u);
   EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_EQ(h, HashCandidate(SampleCandidate()));
+}
+
+// What a candidate's hash is of, spelled out: stored hashes must not change with how it is computed.
+std::string HashByDefinition(const v1::Candidate& c) {
+  std::string plan;
+  c.plan().SerializeToString(&plan);  // one launch, no maps: deterministic anyway
+  std::string text = absl::StrCat("source\n", NormaliseSource(c.source()), "\nplan\n", plan, "\nparams\n");
+  std::map<std::string, int64_t> sorted(c.params().begin(), c.params().end());
+  for (const auto& [k, v] : sorted) absl::StrAppend(&text, k, "=", v, "\n");
+  return Sha256Hex(text);
+}
+
+TEST(HashCandidateTest, OneHasherOverManyCandidatesGivesEachItsOwnHash) {
+  CandidateHasher hasher;
+  v1::Candidate a = SampleCandidate();
+  v1::Candidate b = a;
+  (*b.mutable_params())["TILE"] = 32;
+  v1::Candidate other_source = a;
+  other_source.set_source(a.source() + "\nkernel void extra() {}");
+  v1::Candidate other_plan = a;
+  other_plan.mutable_plan()->mutable_launches(0)->set_kernel("other");
+  v1::Candidate no_params = a;
+  no_params.clear_params();
+  // Variants of one source, then another source and plan, and back: none reuses a stale prefix.
+  for (const v1::Candidate* c : {&a, &b, &other_source, &a, &other_plan, &b, &no_params, &a}) {
+    EXPECT_EQ(hasher.Hash(*c), HashByDefinition(*c));
+    EXPECT_EQ(hasher.Hash(*c), HashCandidate(*c));
+  }
+  EXPECT_NE(hasher.Hash(a), hasher.Hash(b));
+  EXPECT_NE(hasher.Hash(a), hasher.Hash(other_plan));
 }
 
 TEST(HashCandidateTest, SameForFormattingOnlyDifferences) {

@@ -130,6 +130,7 @@ class DownStore final : public Store {
     return Down();
   }
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string&) override { return Down(); }
+  absl::StatusOr<std::vector<v1::EvaluationResult>> FindEvaluations(const EvaluationQuery&) override { return Down(); }
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent, int64_t) override { return Down(); }
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string&, int64_t, int) override { return Down(); }
   absl::StatusOr<int64_t> AppendModelCall(v1::ModelCall, int64_t) override { return Down(); }

@@ -987,6 +987,41 @@ TEST_P(StoreContractTest, EvaluationsArePerJob) {
   EXPECT_DOUBLE_EQ((*e2)[0].speedup(), 2.0);
 }
 
+TEST_P(StoreContractTest, FindEvaluationsFindsTheSameCandidateInTheTenantsEarlierJobsOnTheProblem) {
+  MustCreateJob(MakeContractJob("old"));
+  MustCreateJob(MakeContractJob("older-unevaluated"));
+  MustCreateJob(MakeContractJob("newer"));
+  MustCreateJob(MakeContractJob("other-tenant", "globex"));
+  MustCreateJob(MakeContractJob("other-problem", "acme", "problem-2"));
+  MustCreateJob(MakeContractJob("asking"));
+  for (const char* job : {"old", "older-unevaluated", "newer", "other-tenant", "other-problem", "asking"}) {
+    MustInsert(MakeContractCandidate(job, absl::StrCat(job, "-c"), "h-same", 0));
+    MustInsert(MakeContractCandidate(job, absl::StrCat(job, "-d"), "h-other", 1));
+  }
+  for (const char* job : {"old", "newer", "other-tenant", "other-problem", "asking"}) {
+    ASSERT_TRUE(store().PutEvaluation(MakeContractResult(job, absl::StrCat(job, "-c"), 2.0), kNoFence).value_or(false));
+    ASSERT_TRUE(store().PutEvaluation(MakeContractResult(job, absl::StrCat(job, "-d"), 3.0), kNoFence).value_or(false));
+  }
+  EvaluationQuery q{.tenant = "acme", .problem_hash = "problem-1", .content_hash = "h-same",
+                    .exclude_job_id = "asking"};
+  auto found = store().FindEvaluations(q);
+  ASSERT_TRUE(found.ok()) << found.status();
+  // The newest job first; neither the asking job, another tenant's nor another problem's.
+  std::vector<std::string> ids;
+  for (const auto& e : *found) ids.push_back(e.candidate_id());
+  EXPECT_THAT(ids, ElementsAre("newer-c", "old-c"));
+  EXPECT_THAT((*found)[0], EqualsProto(MakeContractResult("newer", "newer-c", 2.0)));
+  q.limit = 1;
+  found = store().FindEvaluations(q);
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].candidate_id(), "newer-c");
+  q.content_hash = "h-nobody";
+  found = store().FindEvaluations(q);
+  ASSERT_TRUE(found.ok());
+  EXPECT_TRUE(found->empty());
+}
+
 // -- evaluation batches --
 
 TEST_P(StoreContractTest, PutEvaluationsReportsAnOutcomePerResult) {

@@ -1,38 +1,88 @@
-// Tiled transpose through local memory: x is R x C, y is C x R (row-major f32).
+// Tiled transpose: x is R x C, y is C x R (row-major f32).
 //
-// A work-group of TILE x ROWS work-items moves one TILE x TILE tile. It reads the tile from x
-// row by row (work-items along dimension 0 read consecutive columns: contiguous reads), stores it
-// in local memory, then writes the transposed tile to y row by row (again contiguous writes).
-// Each work-item copies TILE / ROWS elements in each phase.
+// A work-group of (TC / VW) x ROWS work-items moves one TR x TC tile of x (TR rows, TC columns)
+// to the TC x TR tile of y. Reads go along rows of x (work-items along dimension 0 read
+// consecutive vectors of VW columns: contiguous) and writes along rows of y (consecutive runs of
+// VW elements: contiguous). With LOCAL the tile passes through local memory between the two;
+// without it each work-item writes what it read straight to y (strided writes, no barrier:
+// sometimes faster on a CPU, where caches do the staging).
 //
 // Knobs (-D):
-//   TILE  side of the tile (8, 16, 32, 64)
-//   ROWS  work-items along the tile's second dimension; divides TILE
-//   PAD   extra column per local-memory row (0 or 1); 1 makes the column-wise reads of the
-//         tile hit different banks
+//   TR, TC  rows and columns of x per tile
+//   ROWS    work-items along dimension 1; each copies every ROWS-th row of the tile
+//   VW      elements per access along a row (1, 2, 4, 8: vload/vstore)
+//   LOCAL   1: stage the tile in local memory; 0: copy directly
+//   PAD     extra elements per local-memory row (0 or 1), against bank conflicts
 //
-// Edges: loads and stores are bounds-checked, so any R and C work.
+// Edges: loads and stores are bounds-checked, so any R and C work; tiles wholly inside a matrix
+// whose rows are a multiple of VW long take the vector path.
 
-__kernel __attribute__((reqd_work_group_size(TILE, ROWS, 1)))
+#define WX (TC / VW)  // work-items along dimension 0
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+#if VW == 1
+typedef float floatv;
+#define VLOAD(p) (*(p))
+#define VSTORE(v, p) (*(p) = (v))
+#else
+typedef CAT(float, VW) floatv;
+#define VLOAD(p) CAT(vload, VW)(0, (p))
+#define VSTORE(v, p) CAT(vstore, VW)((v), 0, (p))
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WX, ROWS, 1)))
 void transpose(__global const float* x, __global float* y, const int R, const int C) {
-  __local float tile[TILE][TILE + PAD];
   const int tx = get_local_id(0);
   const int ty = get_local_id(1);
-  const int c0 = get_group_id(0) * TILE;  // first column of x in this tile
-  const int r0 = get_group_id(1) * TILE;  // first row of x in this tile
+  const int c0 = get_group_id(0) * TC;  // first column of x in this tile
+  const int r0 = get_group_id(1) * TR;  // first row of x in this tile
+  const bool inside = r0 + TR <= R && c0 + TC <= C;
+  const int cx = c0 + tx * VW;  // the first of this work-item's VW columns of x
 
-  // Load: tile[j][tx] = x[r0 + j][c0 + tx].
-  const int c = c0 + tx;
-  for (int j = ty; j < TILE; j += ROWS) {
+#if LOCAL
+  __local float tile[TR][TC + PAD];
+  // Load: tile[j][tx * VW + e] = x[r0 + j][cx + e].
+  for (int j = ty; j < TR; j += ROWS) {
     const int r = r0 + j;
-    if (r < R && c < C) tile[j][tx] = x[r * C + c];
+    if (inside && C % VW == 0) {
+      float t[VW];
+      VSTORE(VLOAD(x + r * C + cx), t);
+      for (int e = 0; e < VW; ++e) tile[j][tx * VW + e] = t[e];
+    } else {
+      for (int e = 0; e < VW; ++e) {
+        if (r < R && cx + e < C) tile[j][tx * VW + e] = x[r * C + cx + e];
+      }
+    }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-
-  // Store: y[c0 + j][r0 + tx] = x[r0 + tx][c0 + j] = tile[tx][j].
-  const int yc = r0 + tx;  // column of y = row of x
-  for (int j = ty; j < TILE; j += ROWS) {
-    const int yr = c0 + j;  // row of y = column of x
-    if (yr < C && yc < R) y[yr * R + yc] = tile[tx][j];
+  // Store: row c0 + jj of y, its columns r0 + i .. r0 + i + VW - 1 = rows of x; tile[i + e][jj].
+  for (int jj = ty; jj < TC; jj += ROWS) {
+    const int yr = c0 + jj;
+    for (int i = tx * VW; i < TR; i += TC) {
+      float t[VW];
+      for (int e = 0; e < VW; ++e) t[e] = tile[i + e][jj];
+      if (inside && R % VW == 0) {
+        VSTORE(VLOAD(t), y + yr * R + r0 + i);
+      } else {
+        for (int e = 0; e < VW; ++e) {
+          if (yr < C && r0 + i + e < R) y[yr * R + r0 + i + e] = t[e];
+        }
+      }
+    }
   }
+#else
+  // Straight through: y[cx + e][r] = x[r][cx + e].
+  for (int j = ty; j < TR; j += ROWS) {
+    const int r = r0 + j;
+    if (inside && C % VW == 0) {
+      float t[VW];
+      VSTORE(VLOAD(x + r * C + cx), t);
+      for (int e = 0; e < VW; ++e) y[(cx + e) * R + r] = t[e];
+    } else {
+      for (int e = 0; e < VW; ++e) {
+        if (r < R && cx + e < C) y[(cx + e) * R + r] = x[r * C + cx + e];
+      }
+    }
+  }
+#endif
 }
