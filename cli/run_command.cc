@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/tls.h"
 #include "absl/strings/str_format.h"
@@ -81,13 +83,23 @@ int RunJob(const RunArgs& args) {
   auto log = MakeLogger("kforge", spdlog::level::warn);
   RealClock clock;
 
-  // Workers: each with its own evaluator and so its own sandbox process, started (probed) while
-  // the store opens: a runtime's start is a good part of a short run (PoCL's ~0.15 s here). The
-  // device the probe finds is the job's device class: earlier jobs' evaluations on it are reused
-  // (unless --fresh).
+  // Workers: each a thread with its own evaluator and so its own sandbox process, started (probed)
+  // while the store opens: a runtime's start is a good part of a short run (PoCL's ~0.15 s here).
+  // The thread that probed serves the queue afterwards: the sandbox dies with the thread that
+  // started it (PR_SET_PDEATHSIG). The device the probe finds is the job's device class: earlier
+  // jobs' evaluations on it are reused (unless --fresh).
   std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
-  std::vector<v1::HelloResponse> hellos(static_cast<size_t>(args.workers));
-  std::vector<std::jthread> probes;  // joined before any return
+  std::vector<std::promise<v1::HelloResponse>> hellos(static_cast<size_t>(args.workers));
+  // The stream to serve once the job is set up; "" (any early return): nothing, stop.
+  std::promise<std::string> stream_promise;
+  std::shared_future<std::string> stream_ready = stream_promise.get_future().share();
+  WorkQueue* worker_queue_ptr = nullptr;  // set before the stream is
+  std::atomic<bool> workers_stop{false};
+  std::vector<std::jthread> threads;
+  absl::Cleanup release_workers = [&] {
+    workers_stop.store(true);
+    stream_promise.set_value("");
+  };
   for (int i = 0; i < args.workers; ++i) {
     worker::EvaluatorOptions eo;
     eo.worker_id = absl::StrCat("local-", i);
@@ -95,9 +107,14 @@ int RunJob(const RunArgs& args) {
     eo.compile_timeout_seconds = args.compile_timeout_seconds;
     eo.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
-    if (problem->backend() != v1::BACKEND_REPLAY) {
-      probes.emplace_back([&, i] { hellos[i] = evaluators[i]->Probe(problem->backend()); });
-    }
+    threads.emplace_back([&, i] {
+      hellos[i].set_value(problem->backend() == v1::BACKEND_REPLAY ? v1::HelloResponse()
+                                                                   : evaluators[i]->Probe(problem->backend()));
+      const std::string stream = stream_ready.get();
+      if (stream.empty()) return;
+      worker::QueueWorker w(*worker_queue_ptr, *evaluators[i], stream, absl::StrCat("local-", i), log);
+      w.Run(workers_stop);
+    });
   }
 
   // A SQLite file (embedded), or the cluster's PostgreSQL (postgresql://user@host:port/db).
@@ -176,11 +193,10 @@ int RunJob(const RunArgs& args) {
     mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
   }
   Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);
-  for (auto& t : probes) t.join();
   std::string device_class;
   for (int i = 0; i < args.workers; ++i) {
+    const v1::HelloResponse hello = hellos[i].get_future().get();
     if (problem->backend() != v1::BACKEND_REPLAY) {
-      const v1::HelloResponse& hello = hellos[i];
       if (!hello.available()) {
         std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "
                   << hello.unavailable_reason() << "\n";
@@ -239,15 +255,9 @@ int RunJob(const RunArgs& args) {
     }
   }
 
-  std::vector<std::thread> threads;
-  std::atomic<bool> workers_stop{false};
-  const std::string stream = StreamFor(*problem, device_class);
-  for (int i = 0; i < args.workers; ++i) {
-    threads.emplace_back([&, i] {
-      worker::QueueWorker w(worker_queue, *evaluators[i], stream, absl::StrCat("local-", i), log);
-      w.Run(workers_stop);
-    });
-  }
+  worker_queue_ptr = &worker_queue;
+  std::move(release_workers).Cancel();
+  stream_promise.set_value(StreamFor(*problem, device_class));
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
