@@ -85,6 +85,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10));
   run->add_option("--confirm-rounds", run_args.confirm_rounds, "rounds of that re-measurement (default 9)")
       ->check(CLI::Range(1, 50));
+  run->add_option("--confirm-every", run_args.confirm_every,
+                  "in a long job, re-measure the finalists every this many evaluations too (default 100, 0 = at "
+                  "the end only)")
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--cache-dir", run_args.cache_dir,
                   "folder for the device runtimes' compiled-kernel caches, kept between runs (\"\" = none)")
       ->default_str(run_args.cache_dir);

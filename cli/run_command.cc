@@ -214,7 +214,8 @@ int RunJob(const RunArgs& args) {
                                 {.slots = args.workers,
                                  .device_class = device_class,
                                  .finalists = args.finalists,
-                                 .confirm_rounds = args.confirm_rounds});
+                                 .confirm_rounds = args.confirm_rounds,
+                                 .confirm_every = args.confirm_every});
 
   std::string job_id = args.job_id;
   if (args.resume && job_id.empty()) {

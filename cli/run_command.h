@@ -34,6 +34,7 @@ struct RunArgs {
   std::string queue;           // "" = in-process; redis://host:port[/db] = Redis Streams
   int finalists = 3;           // re-measured side by side before the best is reported; 0 = off
   int confirm_rounds = 9;
+  int confirm_every = 100;     // ... and every this many evaluations; 0 = at the end only
   bool fresh = false;          // measure every candidate; no earlier job's evaluation is reused
   std::string cache_dir = DefaultCacheDir();  // the runtimes' kernel caches; "" = none kept
 };

@@ -53,6 +53,9 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
              [&opts] {
                return opts.confirm_rounds >= 1 && opts.confirm_rounds <= 50 ? std::string() : std::string("must be 1 to 50");
              });
+  schema.Add("jobs.confirm_every", &opts.confirm_every,
+             "in a long job, the finalists are also re-measured every this many evaluations (0 = at the end only)",
+             [&opts] { return opts.confirm_every >= 0 ? std::string() : std::string("must be >= 0"); });
   schema.Add("jobs.owner", &opts.owner, "this coordinator's name in job leases; empty: host:pid");
   schema.Add("jobs.problems_dir", &opts.problems_dir,
              "where submitted problem folders are written (replay caches among them: workers read them from "

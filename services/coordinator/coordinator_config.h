@@ -24,6 +24,7 @@ struct CoordinatorOptions {
   bool in_order = false;
   int64_t finalists = 3;                  // re-measured side by side before a job reports its best
   int64_t confirm_rounds = 9;
+  int64_t confirm_every = 100;            // ... and every this many evaluations (0 = at the end only)
   int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
   int64_t slots_per_job = 4;              // candidates in flight per job
   std::string owner;                      // this coordinator's name in job leases; "" = host:pid

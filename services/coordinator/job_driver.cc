@@ -302,7 +302,7 @@ absl::Status JobDriver::Redispatch() {
     KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, RequestFor(c)));
     ++n;
   }
-  if (confirm_.has_value() && !confirmed_) {
+  if (confirm_.has_value()) {
     KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, *confirm_));
     ++n;
   }
@@ -563,8 +563,10 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     if (absl::Status st = queue_.AckResult(job_id_, d.ack_token); !st.ok()) {
       log_->warn("job={} cannot acknowledge the finalists' re-measurement: {}", job_id_, st.message());
     }
-    if (confirm_.has_value() && !confirmed_ && d.result.candidate_id() == confirm_->candidate().id()) {
-      ApplyConfirmation(d.result);
+    if (confirm_.has_value() && d.result.candidate_id() == confirm_->candidate().id()) {
+      ApplyConfirmation(d.result, /*final=*/confirm_is_final_);
+      if (confirm_is_final_) confirmed_ = true;
+      confirm_.reset();
     }
     busy_ = true;
     return true;
@@ -626,26 +628,43 @@ bool JobDriver::WantsConfirm() const {
          job_.spec().problem().backend() != v1::BACKEND_REPLAY;
 }
 
-// Once the search has ended, its finalists go to one worker to be timed side by side.
+// Once the search has ended, and every confirm_every evaluations before (a checkpoint of a long
+// job), the finalists go to one worker to be timed side by side. The end needs no new
+// re-measurement when the last one was of the same finalists.
 absl::Status JobDriver::MaybeConfirm() {
-  if (confirm_.has_value() || confirmed_ || !WantsConfirm() || Stopping() || !SearchOver()) {
+  if (confirm_.has_value() || confirmed_ || !WantsConfirm() || Stopping()) return absl::OkStatus();
+  const bool final = SearchOver();
+  if (!final) {
+    if (options_.confirm_every <= 0 || !stop_reason_.empty()) return absl::OkStatus();
+    if (next_confirm_at_ == 0) next_confirm_at_ = (ingested_count_ / options_.confirm_every + 1) * options_.confirm_every;
+    if (ingested_count_ < next_confirm_at_) return absl::OkStatus();
+    next_confirm_at_ = (ingested_count_ / options_.confirm_every + 1) * options_.confirm_every;
+  }
+  const std::vector<const Member*> top = engine_->Top(options_.finalists);
+  if (final && SameFinalists(job_.confirmation(), top)) {
+    confirmed_ = true;
+    log_->info("job={} finalists unchanged since their re-measurement at evaluation {}", job_id_,
+               job_.confirmation().evaluations());
+    busy_ = true;
+    return absl::OkStatus();
+  }
+  if (ReuseConfirmation(top)) {
+    confirmed_ = final;
+    busy_ = true;
     return absl::OkStatus();
   }
   // The candidate only names the request (see ConfirmRequest).
   v1::Candidate name;
   name.set_id(absl::StrFormat("%s-confirm%06d", job_id_, ingested_count_));
-  const std::vector<const Member*> top = engine_->Top(options_.finalists);
-  if (ReuseConfirmation(top)) {
-    busy_ = true;
-    return absl::OkStatus();
-  }
   v1::EvaluationRequest req = RequestFor(name);
   req.mutable_confirm()->set_rounds(options_.confirm_rounds);
   for (const Member* m : top) *req.mutable_confirm()->add_finalists() = m->candidate;
   KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, req));
-  log_->info("job={} re-measuring finalists={} rounds={}", job_id_, req.confirm().finalists_size(),
-             options_.confirm_rounds);
+  log_->info("job={} re-measuring finalists={} rounds={} at={}", job_id_, req.confirm().finalists_size(),
+             options_.confirm_rounds, final ? "end" : "checkpoint");
   confirm_ = std::move(req);
+  confirm_is_final_ = final;
+  confirm_sent_at_ = ingested_count_;
   busy_ = true;
   return absl::OkStatus();
 }
@@ -673,7 +692,6 @@ bool JobDriver::ReuseConfirmation(const std::vector<const Member*>& finalists) {
   c.set_note(absl::StrReplaceAll(c.note(), renames));
   c.set_reused_from_job(from);
   c.set_evaluations(ingested_count_);
-  confirmed_ = true;
   const v1::FinalistTiming& first = c.finalists(0);
   if (first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
     confirmed_best_ = first.candidate_id();
@@ -683,11 +701,27 @@ bool JobDriver::ReuseConfirmation(const std::vector<const Member*>& finalists) {
   return true;
 }
 
-void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r) {
-  confirmed_ = true;
+bool JobDriver::SameFinalists(const v1::Confirmation& c, const std::vector<const Member*>& top) {
+  if (c.finalists_size() == 0 || c.finalists_size() != static_cast<int>(top.size())) return false;
+  std::set<std::string> measured;
+  for (const auto& f : c.finalists()) measured.insert(f.candidate_id());
+  for (const Member* m : top) {
+    if (!measured.contains(m->candidate.id())) return false;
+  }
+  return true;
+}
+
+void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r, bool final) {
   v1::Confirmation c;
+  confirmed_best_.clear();  // an earlier checkpoint's winner is no longer the word
   if (r.outcome() != v1::OUTCOME_OK || !r.has_confirmation() || r.confirmation().finalists_size() == 0) {
-    // The job still ends, with the best as the search measured it, and says why.
+    if (!final) {  // a checkpoint's: the last good one stands, the end tries again
+      log_->warn("job={} the finalists' re-measurement at evaluation {} failed: {}", job_id_, ingested_count_,
+                 r.message());
+      return;
+    }
+    // The job still ends, with the best as the search measured it, and says why (with no
+    // interval: an earlier checkpoint's need not be of the best now).
     c.set_note(absl::StrCat("the finalists were not re-measured: ",
                             r.outcome() == v1::OUTCOME_OK ? "the worker does not re-measure finalists"
                                                           : r.message()));
@@ -710,7 +744,7 @@ void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r) {
       }
     }
   }
-  c.set_evaluations(ingested_count_);
+  c.set_evaluations(confirm_sent_at_);
   c.set_worker_id(r.worker_id());
   *job_.mutable_confirmation() = c;
   log_->info("job={} finalists re-measured best={} separated={} note=\"{}\"", job_id_, confirmed_best_,

@@ -118,7 +118,10 @@ class JobDriver {
   bool SearchOver() const;
   bool WantsConfirm() const;
   absl::Status MaybeConfirm();
-  void ApplyConfirmation(const v1::EvaluationResult& r);
+  // `final`: the end's re-measurement (a failed one is reported), not a checkpoint's.
+  void ApplyConfirmation(const v1::EvaluationResult& r, bool final);
+  // Whether `c` re-measured exactly these finalists.
+  static bool SameFinalists(const v1::Confirmation& c, const std::vector<const Member*>& top);
   absl::StatusOr<bool> End();
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
@@ -172,9 +175,13 @@ class JobDriver {
   bool ingesting_ = false;   // inside IngestReady (a reused result proposed there is ingested there)
   bool reused_waiting_ = false;  // a reused result is stored but not ingested yet
   int64_t reused_ = 0;           // ingested evaluations that were reused
-  // The finalists' re-measurement: sent once the search ended, done when its answer came.
+  // The finalists' re-measurement in flight (at a checkpoint, or the end's), and whether the end's
+  // is done.
   std::optional<v1::EvaluationRequest> confirm_;
+  bool confirm_is_final_ = false;
+  int64_t confirm_sent_at_ = 0;  // the job's evaluations when it was sent
   bool confirmed_ = false;
+  int64_t next_confirm_at_ = 0;  // the next checkpoint (evaluations); 0 = not worked out yet
   std::string confirmed_best_;  // the candidate the re-measurement ranked first
 };
 

@@ -200,6 +200,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   ro.in_order = options_.in_order;
   ro.finalists = options_.finalists;
   ro.confirm_rounds = options_.confirm_rounds;
+  ro.confirm_every = options_.confirm_every;
   ProgressFn progress;
   if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
     progress = [this, metrics, backend = r->problem.backend()](const Progress& p) {

@@ -57,6 +57,7 @@ struct JobManagerOptions {
   bool in_order = false;      // see JobRunnerOptions; as results arrive, one slow result holds one slot
   int finalists = 3;          // see JobRunnerOptions
   int confirm_rounds = 9;
+  int confirm_every = 100;
   int threads = 4;            // event-loop threads stepping the running jobs
   double idle_poll_seconds = 0.05;  // the longest a waiting job goes unpolled
   CoordinatorMetrics* metrics = nullptr;  // results and per-job gauges; null: none

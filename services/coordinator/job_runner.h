@@ -45,6 +45,10 @@ struct JobRunnerOptions {
   // Replay problems are never re-measured (their times are recorded).
   int finalists = 0;
   int confirm_rounds = 9;
+  // In a long job also every `confirm_every` evaluations (a checkpoint), so that the best a
+  // watcher sees mid-run carries an interval too; the end skips its own when the finalists have
+  // not changed since. 0 = at the end only.
+  int confirm_every = 0;
 };
 
 // What the progress callback sees after every ingested evaluation.

@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
                                    .in_order = opts.in_order,
                                    .finalists = static_cast<int>(opts.finalists),
                                    .confirm_rounds = static_cast<int>(opts.confirm_rounds),
+                                   .confirm_every = static_cast<int>(opts.confirm_every),
                                    .threads = static_cast<int>(opts.job_threads),
                                    .metrics = &metrics,
                                    .gate = &gate});

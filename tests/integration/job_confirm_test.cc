@@ -60,6 +60,8 @@ struct RunSetup {
   bool in_order = true;
   std::string worker_device = "dev";  // the device the scripted worker says it is
   int timeout_wg = 0;                 // the candidate with this WG times out
+  int confirm_every = 0;              // checkpoints
+  bool small_wg_fast = false;         // WG=k measures 16/k x (the seed is the best) instead of k/16 x
 };
 
 class JobConfirmTest : public ::testing::Test {
@@ -84,7 +86,8 @@ class JobConfirmTest : public ::testing::Test {
                      {.device_class = setup.device_class,
                       .in_order = setup.in_order,
                       .finalists = setup.finalists,
-                      .confirm_rounds = 7});
+                      .confirm_rounds = 7,
+                      .confirm_every = setup.confirm_every});
     v1::JobSpec spec;
     *spec.mutable_problem() = problem_;
     spec.mutable_budget()->set_max_candidates(4);
@@ -140,7 +143,8 @@ class JobConfirmTest : public ::testing::Test {
         } else {
           ++evaluations_;
           r.set_outcome(v1::OUTCOME_OK);
-          r.set_speedup(static_cast<double>(req.candidate().params().at("WG")) / 16);
+          const double wg = static_cast<double>(req.candidate().params().at("WG"));
+          r.set_speedup(setup.small_wg_fast ? 16 / wg : wg / 16);
         }
         EXPECT_TRUE(queue.Complete(stream, **item, r).ok());
       }
@@ -207,6 +211,33 @@ TEST_F(JobConfirmTest, NoReMeasurementWhenTurnedOff) {
   EXPECT_EQ(confirms_.load(), 0);
   EXPECT_EQ(job.best().params().at("WG"), 128);
   EXPECT_FALSE(job.has_confirmation());
+}
+
+// ---- checkpoints ----
+
+TEST_F(JobConfirmTest, ALongJobReMeasuresAtCheckpointsAndAgainAtTheEndWhenTheFinalistsChanged) {
+  const v1::Job job = RunJob(ConfirmAnswer::kReverse, RunSetup{.confirm_every = 2});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  // At 2 evaluations (two finalists then), and at the end: the fitter ones came later.
+  EXPECT_EQ(confirms_.load(), 2);
+  EXPECT_EQ(last_confirm_.confirm().finalists_size(), 3);
+  EXPECT_EQ(job.confirmation().evaluations(), 4);
+  ASSERT_EQ(job.confirmation().finalists_size(), 3);
+  EXPECT_EQ(job.best().id(), job.confirmation().finalists(0).candidate_id());
+  EXPECT_EQ(job.progress().evaluations(), 4);
+}
+
+TEST_F(JobConfirmTest, TheEndKeepsACheckpointsReMeasurementOfTheSameFinalists) {
+  // The seed (WG=16) is the fastest from the start: the checkpoint at 2 re-measured it, and the
+  // end has nothing new to re-measure.
+  const v1::Job job =
+      RunJob(ConfirmAnswer::kReverse, RunSetup{.finalists = 1, .confirm_every = 2, .small_wg_fast = true});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(confirms_.load(), 1);
+  EXPECT_EQ(job.confirmation().evaluations(), 2);
+  ASSERT_EQ(job.confirmation().finalists_size(), 1);
+  EXPECT_EQ(job.best().params().at("WG"), 16);
+  EXPECT_EQ(job.confirmation().finalists(0).candidate_id(), job.best().id());
 }
 
 // ---- reuse ----
