@@ -36,7 +36,7 @@ for ex in examples/cuda/*/; do
   echo "exit $?" >> "$OUT/summary.txt"
 done
 
-for ex in matmul softmax; do
+for ex in sgemm matmul softmax; do
   log "kforge run $ex"
   timeout 100 "$K" run "examples/cuda/$ex" --budget "${BUDGET:-40}" --db "$OUT/kforge.db" --out "$OUT/run-$ex" --time 75 --timeout 20 \
       > "$OUT/run-$ex.txt" 2>&1

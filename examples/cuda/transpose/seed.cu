@@ -1,40 +1,109 @@
-// Tiled transpose through shared memory: x is R x C, y is C x R (row-major f32).
+// Tiled transpose: x is R x C, y is C x R (row-major f32). The same kernel as
+// examples/opencl/transpose, in CUDA.
 //
-// A block of TILE x ROWS threads moves one TILE x TILE tile. It reads the tile from x row by row
-// (threads along x read consecutive columns: coalesced), stores it in shared memory, then writes
-// the transposed tile to y row by row (again coalesced). Each thread copies TILE / ROWS elements
-// in each phase.
+// A block of (TC / VW) x ROWS threads moves one TR x TC tile of x (TR rows, TC columns) to the
+// TC x TR tile of y. Reads go along rows of x (threads along x read consecutive vectors of VW
+// columns: coalesced) and writes along rows of y (consecutive runs of VW elements: coalesced).
+// With LOCAL the tile passes through shared memory between the two; without it each thread
+// writes what it read straight to y (strided writes, no barrier).
 //
 // Knobs (-D):
-//   TILE  side of the tile (16, 32, 64)
-//   ROWS  threads along the tile's second dimension; divides TILE
-//   PAD   extra column per shared-memory row (0 or 1); 1 makes the column-wise reads of the tile
-//         hit different banks
+//   TR, TC  rows and columns of x per tile
+//   ROWS    threads along y; each copies every ROWS-th row of the tile
+//   VW      elements per access along a row: 1, 2 (float2) or 4 (float4)
+//   LOCAL   1: stage the tile in shared memory; 0: copy directly
+//   PAD     extra elements per shared-memory row (0 or 1), against bank conflicts
 //
-// Edges: loads and stores are bounds-checked, so any R and C work.
+// Edges: loads and stores are bounds-checked, so any R and C work; tiles wholly inside a matrix
+// whose rows are a multiple of VW long take the vector path (aligned addresses).
 
-extern "C" __global__ void __launch_bounds__(TILE * ROWS)
+#define WX (TC / VW)  // threads along x
+
+// VW floats from p (aligned to VW floats) into v, and back.
+__device__ __forceinline__ void LoadVec(const float* p, float* v) {
+#if VW == 4
+  const float4 t = *reinterpret_cast<const float4*>(p);
+  v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+#elif VW == 2
+  const float2 t = *reinterpret_cast<const float2*>(p);
+  v[0] = t.x; v[1] = t.y;
+#else
+  v[0] = *p;
+#endif
+}
+
+__device__ __forceinline__ void StoreVec(const float* v, float* p) {
+#if VW == 4
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+#elif VW == 2
+  *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+#else
+  *p = v[0];
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(WX * ROWS)
 transpose(const float* __restrict__ x, float* __restrict__ y, const int R, const int C) {
-  __shared__ float tile[TILE][TILE + PAD];
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
-  const int c0 = blockIdx.x * TILE;  // first column of x in this tile
-  const int r0 = blockIdx.y * TILE;  // first row of x in this tile
+  const int c0 = blockIdx.x * TC;  // first column of x in this tile
+  const int r0 = blockIdx.y * TR;  // first row of x in this tile
+  const bool inside = r0 + TR <= R && c0 + TC <= C;
+  const int cx = c0 + tx * VW;  // the first of this thread's VW columns of x
 
-  // Load: tile[j][tx] = x[r0 + j][c0 + tx].
-  const int c = c0 + tx;
+#if LOCAL
+  __shared__ float tile[TR][TC + PAD];
+  // Load: tile[j][tx * VW + e] = x[r0 + j][cx + e].
 #pragma unroll
-  for (int j = ty; j < TILE; j += ROWS) {
+  for (int j = ty; j < TR; j += ROWS) {
     const int r = r0 + j;
-    if (r < R && c < C) tile[j][tx] = x[r * C + c];
+    if (inside && C % VW == 0) {
+      float t[VW];
+      LoadVec(x + (size_t)r * C + cx, t);
+#pragma unroll
+      for (int e = 0; e < VW; ++e) tile[j][tx * VW + e] = t[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < VW; ++e) {
+        if (r < R && cx + e < C) tile[j][tx * VW + e] = x[(size_t)r * C + cx + e];
+      }
+    }
   }
   __syncthreads();
-
-  // Store: y[c0 + j][r0 + tx] = x[r0 + tx][c0 + j] = tile[tx][j].
-  const int yc = r0 + tx;  // column of y = row of x
+  // Store: row c0 + jj of y, its columns r0 + i .. r0 + i + VW - 1 = rows of x; tile[i + e][jj].
 #pragma unroll
-  for (int j = ty; j < TILE; j += ROWS) {
-    const int yr = c0 + j;  // row of y = column of x
-    if (yr < C && yc < R) y[yr * R + yc] = tile[tx][j];
+  for (int jj = ty; jj < TC; jj += ROWS) {
+    const int yr = c0 + jj;
+    for (int i = tx * VW; i < TR; i += TC) {
+      float t[VW];
+#pragma unroll
+      for (int e = 0; e < VW; ++e) t[e] = tile[i + e][jj];
+      if (inside && R % VW == 0) {
+        StoreVec(t, y + (size_t)yr * R + r0 + i);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) {
+          if (yr < C && r0 + i + e < R) y[(size_t)yr * R + r0 + i + e] = t[e];
+        }
+      }
+    }
   }
+#else
+  // Straight through: y[cx + e][r] = x[r][cx + e].
+#pragma unroll
+  for (int j = ty; j < TR; j += ROWS) {
+    const int r = r0 + j;
+    if (inside && C % VW == 0) {
+      float t[VW];
+      LoadVec(x + (size_t)r * C + cx, t);
+#pragma unroll
+      for (int e = 0; e < VW; ++e) y[(size_t)(cx + e) * R + r] = t[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < VW; ++e) {
+        if (r < R && cx + e < C) y[(size_t)(cx + e) * R + r] = x[(size_t)r * C + cx + e];
+      }
+    }
+  }
+#endif
 }
