@@ -90,6 +90,8 @@ int RunJob(const RunArgs& args) {
   // jobs' evaluations on it are reused (unless --fresh).
   std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
   std::vector<std::promise<v1::HelloResponse>> hellos(static_cast<size_t>(args.workers));
+  std::vector<std::future<v1::HelloResponse>> hello_futures;
+  for (auto& h : hellos) hello_futures.push_back(h.get_future());
   // The stream to serve once the job is set up; "" (any early return): nothing, stop.
   std::promise<std::string> stream_promise;
   std::shared_future<std::string> stream_ready = stream_promise.get_future().share();
@@ -107,12 +109,13 @@ int RunJob(const RunArgs& args) {
     eo.compile_timeout_seconds = args.compile_timeout_seconds;
     eo.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
-    threads.emplace_back([&, i] {
+    worker::Evaluator* evaluator = evaluators.back().get();  // the vector may grow meanwhile
+    threads.emplace_back([&, i, evaluator] {
       hellos[i].set_value(problem->backend() == v1::BACKEND_REPLAY ? v1::HelloResponse()
-                                                                   : evaluators[i]->Probe(problem->backend()));
+                                                                   : evaluator->Probe(problem->backend()));
       const std::string stream = stream_ready.get();
       if (stream.empty()) return;
-      worker::QueueWorker w(*worker_queue_ptr, *evaluators[i], stream, absl::StrCat("local-", i), log);
+      worker::QueueWorker w(*worker_queue_ptr, *evaluator, stream, absl::StrCat("local-", i), log);
       w.Run(workers_stop);
     });
   }
@@ -195,7 +198,7 @@ int RunJob(const RunArgs& args) {
   Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);
   std::string device_class;
   for (int i = 0; i < args.workers; ++i) {
-    const v1::HelloResponse hello = hellos[i].get_future().get();
+    const v1::HelloResponse hello = hello_futures[i].get();
     if (problem->backend() != v1::BACKEND_REPLAY) {
       if (!hello.available()) {
         std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "

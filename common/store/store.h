@@ -33,7 +33,7 @@ struct EvaluationQuery {
   std::string problem_hash;
   std::string content_hash;    // the candidate's
   std::string exclude_job_id;  // the asking job's own evaluations are not wanted
-  int limit = 8;
+  int limit = 32;
 };
 
 // A coordinator's claim on a job: in a cluster, one coordinator runs a job at a time.

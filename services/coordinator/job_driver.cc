@@ -112,6 +112,7 @@ absl::StatusOr<bool> JobDriver::Begin() {
 
   // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.
   KF_ASSIGN_OR_RETURN(cands_, store_.ListCandidates(job_id_));
+  rebuilt_ = cands_.size();
   for (size_t i = 0; i < cands_.size(); ++i) {
     index_[cands_[i].id()] = i;
     seen_.insert(cands_[i].content_hash());
@@ -255,8 +256,12 @@ absl::Status JobDriver::IngestReady(bool notify) {
       if (it == results_.end()) break;
       const v1::EvaluationResult r = std::move(it->second);
       results_.erase(it);
-      KF_RETURN_IF_ERROR(IngestOne(index, r, notify));
+      KF_RETURN_IF_ERROR(IngestOne(index, r, notify || index >= rebuilt_));
       if (ended_elsewhere_.has_value()) return absl::OkStatus();
+      if (ShouldYield()) {  // the rest waits for the next step
+        reused_waiting_ = true;
+        return absl::OkStatus();
+      }
       // Propose right after each ingestion, so proposal k always sees exactly the evaluations up
       // to k - slots, however the results arrived.
       if (proposing_) KF_RETURN_IF_ERROR(Fill());
@@ -481,14 +486,13 @@ absl::StatusOr<bool> JobDriver::Reuse(const v1::Candidate& c) {
     r.set_request_id(c.id());
     r.set_job_id(job_id_);
     r.set_candidate_id(c.id());
-    absl::StatusOr<std::vector<PutOutcome>> put = store_.PutEvaluations(job_id_, {r}, fence_);
-    if (!put.ok()) {
-      if (!IsTransientStoreError(put.status())) return put.status();
-      log_->warn("job={} cannot store a reused evaluation of candidate={}: {}", job_id_, c.id(),
-                 put.status().message());
-      return false;
+    // An error (even a transient one, which may have committed) stops the step: dispatching the
+    // candidate now could meet a stored evaluation and be dropped as its duplicate. A resumed
+    // driver reads back whatever was stored.
+    KF_ASSIGN_OR_RETURN(std::vector<PutOutcome> put, store_.PutEvaluations(job_id_, {r}, fence_));
+    if (put[0] == PutOutcome::kUnknownCandidate) {
+      return absl::InternalError(absl::StrCat("candidate ", c.id(), " vanished from the store"));
     }
-    if ((*put)[0] != PutOutcome::kStored) return false;
     evaluated_.insert(c.id());
     results_[c.id()] = std::move(r);
     reused_waiting_ = true;
@@ -523,8 +527,10 @@ absl::Status JobDriver::Fill() {
     if (!fail_reason_.empty() || ended_elsewhere_.has_value()) return absl::OkStatus();
     KF_RETURN_IF_ERROR(FillOnce());
     // Reused results came back without a worker: ingest them here, unless an enclosing
-    // IngestReady (which proposed them) will; then there may be room for more.
-    if (!reused_waiting_ || ingesting_) return absl::OkStatus();
+    // IngestReady (which proposed them) will; then there may be room for more. A job answered
+    // wholly from earlier ones would never leave this loop: hand back to Step now and then (the
+    // lease, a cancel, an interrupt).
+    if (!reused_waiting_ || ingesting_ || ShouldYield()) return absl::OkStatus();
     KF_RETURN_IF_ERROR(IngestReady(/*notify=*/true));
   }
 }
@@ -613,6 +619,10 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
   return IngestReady(/*notify=*/true);
 }
 
+bool JobDriver::ShouldYield() const {
+  return began_ && (Stopping() || clock_.MonotonicSeconds() >= next_renewal_);
+}
+
 bool JobDriver::Stopping() const {
   return !fail_reason_.empty() || ended_elsewhere_.has_value() || interrupt_.load();
 }
@@ -643,6 +653,11 @@ absl::Status JobDriver::MaybeConfirm() {
   const std::vector<const Member*> top = engine_->Top(options_.finalists);
   if (final && SameFinalists(job_.confirmation(), top)) {
     confirmed_ = true;
+    // Its winner (a resumed driver has not seen the re-measurement arrive).
+    if (const v1::FinalistTiming& first = job_.confirmation().finalists(0);
+        first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
+      confirmed_best_ = first.candidate_id();
+    }
     log_->info("job={} finalists unchanged since their re-measurement at evaluation {}", job_id_,
                job_.confirmation().evaluations());
     busy_ = true;
@@ -655,7 +670,7 @@ absl::Status JobDriver::MaybeConfirm() {
   }
   // The candidate only names the request (see ConfirmRequest).
   v1::Candidate name;
-  name.set_id(absl::StrFormat("%s-confirm%06d", job_id_, ingested_count_));
+  name.set_id(absl::StrFormat("%s-confirm%06d%s", job_id_, ingested_count_, final ? "e" : "c"));
   v1::EvaluationRequest req = RequestFor(name);
   req.mutable_confirm()->set_rounds(options_.confirm_rounds);
   for (const Member* m : top) *req.mutable_confirm()->add_finalists() = m->candidate;
@@ -671,6 +686,7 @@ absl::Status JobDriver::MaybeConfirm() {
 
 bool JobDriver::ReuseConfirmation(const std::vector<const Member*>& finalists) {
   if (job_.spec().fresh() || finalists.empty()) return false;
+  confirmed_best_.clear();
   const std::string& from = finalists.front()->result.reused_from_job();
   if (from.empty()) return false;
   std::vector<std::pair<std::string, std::string>> renames;  // its candidate ids -> ours
@@ -713,13 +729,15 @@ bool JobDriver::SameFinalists(const v1::Confirmation& c, const std::vector<const
 
 void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r, bool final) {
   v1::Confirmation c;
-  confirmed_best_.clear();  // an earlier checkpoint's winner is no longer the word
   if (r.outcome() != v1::OUTCOME_OK || !r.has_confirmation() || r.confirmation().finalists_size() == 0) {
     if (!final) {  // a checkpoint's: the last good one stands, the end tries again
       log_->warn("job={} the finalists' re-measurement at evaluation {} failed: {}", job_id_, ingested_count_,
                  r.message());
       return;
     }
+  }
+  confirmed_best_.clear();  // an earlier checkpoint's winner is no longer the word
+  if (r.outcome() != v1::OUTCOME_OK || !r.has_confirmation() || r.confirmation().finalists_size() == 0) {
     // The job still ends, with the best as the search measured it, and says why (with no
     // interval: an earlier checkpoint's need not be of the best now).
     c.set_note(absl::StrCat("the finalists were not re-measured: ",
@@ -774,7 +792,7 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
   KF_RETURN_IF_ERROR(Fill());
   KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
-  KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id_, wait_seconds));
+  KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id_, reused_waiting_ ? 0 : wait_seconds));
   if (!delivery.has_value()) return true;
   std::vector<ResultDelivery> batch;
   batch.push_back(*std::move(delivery));
@@ -807,7 +825,11 @@ absl::StatusOr<bool> JobDriver::End() {
   *prog = ProgressNow();
   if (engine_->best() != nullptr) {
     const Member* best = engine_->best();
-    if (const Member* c = engine_->Find(confirmed_best_); c != nullptr) best = c;
+    // The re-measurement's winner, while it is of today's finalists (a checkpoint's may be stale).
+    if (const Member* c = engine_->Find(confirmed_best_);
+        c != nullptr && SameFinalists(job_.confirmation(), engine_->Top(options_.finalists))) {
+      best = c;
+    }
     *job_.mutable_best() = best->candidate;
     *job_.mutable_best_result() = best->result;
   }

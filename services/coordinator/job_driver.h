@@ -114,6 +114,8 @@ class JobDriver {
   bool Done() const;
   // The job ends now: it failed, someone else ended it, or it was interrupted.
   bool Stopping() const;
+  // A long stretch of work without waiting (reused results) should return to Step.
+  bool ShouldYield() const;
   // The search is over: a stop reason, and every candidate ingested.
   bool SearchOver() const;
   bool WantsConfirm() const;
@@ -175,6 +177,7 @@ class JobDriver {
   bool ingesting_ = false;   // inside IngestReady (a reused result proposed there is ingested there)
   bool reused_waiting_ = false;  // a reused result is stored but not ingested yet
   int64_t reused_ = 0;           // ingested evaluations that were reused
+  size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
   // The finalists' re-measurement in flight (at a checkpoint, or the end's), and whether the end's
   // is done.
   std::optional<v1::EvaluationRequest> confirm_;
