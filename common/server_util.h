@@ -61,7 +61,9 @@ bool IsLoopbackAddress(const std::string& host_port);
 void LogListenAddresses(const std::string& listen, const std::string& metrics_listen, const Logger& log,
                         bool grpc_tls = false);
 
-// Blocks until SIGINT or SIGTERM; call BlockTerminationSignals() first, before any thread starts.
+// Blocks until SIGINT or SIGTERM; call BlockTerminationSignals() first, before any thread starts
+// (gRPC starts threads as soon as credentials are made): a process-directed SIGTERM goes to a
+// thread that does not block it, and would kill the process there instead of reaching sigwait.
 void BlockTerminationSignals();
 int WaitForTerminationSignal();
 

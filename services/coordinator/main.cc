@@ -51,6 +51,7 @@ absl::StatusOr<std::shared_ptr<Mutator>> InProcessMutator(const v1::Problem& pro
 }  // namespace
 
 int main(int argc, char** argv) {
+  BlockTerminationSignals();  // before gRPC (credentials) starts threads: see server_util.h
   coordinator::CoordinatorOptions opts;
   ConfigSchema schema;
   coordinator::AddCoordinatorFields(schema, opts);
@@ -73,7 +74,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  BlockTerminationSignals();
   auto log = MakeLogger("coordinator", *ParseLogLevel(opts.server.log_level));
   RealClock clock;
 

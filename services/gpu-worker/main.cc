@@ -28,6 +28,7 @@
 
 int main(int argc, char** argv) {
   using namespace kforge;
+  BlockTerminationSignals();  // before gRPC (credentials) starts threads: see server_util.h
   const bool heap_tuned = KeepLargeAllocationsInHeap();
   worker::WorkerOptions opts;
   ConfigSchema schema;
@@ -42,7 +43,6 @@ int main(int argc, char** argv) {
     std::cerr << "kforge-gpu-worker: " << security.status().message() << "\n";
     return 2;
   }
-  BlockTerminationSignals();
   auto log = MakeLogger("gpu-worker", *ParseLogLevel(opts.server.log_level));
   if (!heap_tuned)
     log->warn("malloc settings refused: large kernel buffers are mapped afresh on every run");

@@ -15,6 +15,7 @@
 
 int main(int argc, char** argv) {
   using namespace kforge;
+  BlockTerminationSignals();  // before gRPC (credentials) starts threads: see server_util.h
   llm::ProxyOptions opts;
   ConfigSchema schema;
   llm::AddProxyFields(schema, opts);
@@ -27,7 +28,6 @@ int main(int argc, char** argv) {
     std::cerr << "kforge-llm-proxy: " << security.status().message() << "\n";
     return 2;
   }
-  BlockTerminationSignals();
   auto log = MakeLogger("llm-proxy", *ParseLogLevel(opts.server.log_level));
   llm::ParametricMutator parametric({.max_cached_spaces = static_cast<size_t>(opts.cached_spaces)});
   llm::CurlHttpClient http;
