@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/coordinator/job_api.h"
+#include "services/coordinator/job_driver.h"
 #include "services/coordinator/job_runner.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/testutil/temp_dir.h"
@@ -327,6 +328,51 @@ TEST_F(JobConfirmTest, AnyDeviceJobReusesOnceItKnowsItsDeviceAndATimeoutIsMeasur
   EXPECT_EQ(any.progress().reused(), 2);
   EXPECT_EQ(confirms_.load(), 1);
   EXPECT_TRUE(any.confirmation().reused_from_job().empty());
+}
+
+// A clock that moves a second each time it is read: every stretch of work is a long one.
+class TickingClock final : public Clock {
+ public:
+  double MonotonicSeconds() override { return now_ += 1; }
+  double WallSeconds() override { return 1.7e9 + now_; }
+
+ private:
+  double now_ = 1000;
+};
+
+TEST_F(JobConfirmTest, AJobAnsweredFromEarlierJobsStillHandsBackToItsStepsAndEnds) {
+  ASSERT_EQ(RunJob(ConfirmAnswer::kReverse, RunSetup{}).state(), v1::JOB_STATE_COMPLETED);
+  // No worker at all: everything must come from the first job. The driver hands back to Step
+  // (which keeps the lease and sees a cancel or an interrupt) instead of running to the end in one.
+  TickingClock clock;
+  MemoryWorkQueue queue(clock, 1e9);
+  llm::ParametricMutator mutator;
+  const JobRunnerOptions options{.device_class = "dev", .finalists = 3, .confirm_rounds = 7};
+  JobRunner runner(store_, queue, mutator, clock, log_, options);
+  v1::JobSpec spec;
+  *spec.mutable_problem() = problem_;
+  spec.mutable_budget()->set_max_candidates(4);
+  spec.set_seed(3);
+  spec.set_tenant("t");
+  auto submitted = runner.Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  JobDriver driver(store_, queue, mutator, clock, log_, options, submitted->id());
+  auto began = driver.Begin();
+  ASSERT_TRUE(began.ok() && *began) << began.status();
+  int steps = 0;
+  for (bool more = true; more && steps < 100; ++steps) {
+    auto step = driver.Step(0);
+    ASSERT_TRUE(step.ok()) << step.status();
+    more = *step;
+  }
+  auto job = driver.Finish(absl::OkStatus());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_COMPLETED) << job->state_reason();
+  EXPECT_EQ(job->progress().reused(), 4);
+  EXPECT_EQ(job->progress().evaluations(), 4);
+  EXPECT_FALSE(job->confirmation().reused_from_job().empty());
+  EXPECT_GT(steps, 2) << "it handed back between reused results";
+  EXPECT_LT(steps, 100);
 }
 
 }  // namespace
