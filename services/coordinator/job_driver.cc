@@ -646,9 +646,11 @@ absl::Status JobDriver::MaybeConfirm() {
   const bool final = SearchOver();
   if (!final) {
     if (options_.confirm_every <= 0 || !stop_reason_.empty()) return absl::OkStatus();
-    if (next_confirm_at_ == 0) next_confirm_at_ = (ingested_count_ / options_.confirm_every + 1) * options_.confirm_every;
+    const int64_t every = options_.confirm_every;
+    const int64_t next = (ingested_count_ / every + 1) * every;  // the checkpoint after this count
+    if (next_confirm_at_ == 0) next_confirm_at_ = next;
     if (ingested_count_ < next_confirm_at_) return absl::OkStatus();
-    next_confirm_at_ = (ingested_count_ / options_.confirm_every + 1) * options_.confirm_every;
+    next_confirm_at_ = next;
   }
   const std::vector<const Member*> top = engine_->Top(options_.finalists);
   if (final && SameFinalists(job_.confirmation(), top)) {

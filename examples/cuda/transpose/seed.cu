@@ -42,6 +42,19 @@ __device__ __forceinline__ void StoreVec(const float* v, float* p) {
 #endif
 }
 
+// This thread's VW elements of row r of x from column cx into t; returns how many lie inside x
+// (a prefix). `fast`: all of them, read as one aligned vector.
+__device__ __forceinline__ int ReadRow(const float* __restrict__ x, int R, int C, int r, int cx, bool fast,
+                                       float* t) {
+  if (fast) {
+    LoadVec(x + (size_t)r * C + cx, t);
+    return VW;
+  }
+  int n = 0;
+  for (int e = 0; e < VW && r < R && cx + e < C; ++e) t[n++] = x[(size_t)r * C + cx + e];
+  return n;
+}
+
 extern "C" __global__ void __launch_bounds__(WX * ROWS)
 transpose(const float* __restrict__ x, float* __restrict__ y, const int R, const int C) {
   const int tx = threadIdx.x;
@@ -50,24 +63,16 @@ transpose(const float* __restrict__ x, float* __restrict__ y, const int R, const
   const int r0 = blockIdx.y * TR;  // first row of x in this tile
   const bool inside = r0 + TR <= R && c0 + TC <= C;
   const int cx = c0 + tx * VW;  // the first of this thread's VW columns of x
+  const bool fast = inside && C % VW == 0;
 
 #if LOCAL
   __shared__ float tile[TR][TC + PAD];
   // Load: tile[j][tx * VW + e] = x[r0 + j][cx + e].
 #pragma unroll
   for (int j = ty; j < TR; j += ROWS) {
-    const int r = r0 + j;
-    if (inside && C % VW == 0) {
-      float t[VW];
-      LoadVec(x + (size_t)r * C + cx, t);
-#pragma unroll
-      for (int e = 0; e < VW; ++e) tile[j][tx * VW + e] = t[e];
-    } else {
-#pragma unroll
-      for (int e = 0; e < VW; ++e) {
-        if (r < R && cx + e < C) tile[j][tx * VW + e] = x[(size_t)r * C + cx + e];
-      }
-    }
+    float t[VW];
+    const int n = ReadRow(x, R, C, r0 + j, cx, fast, t);
+    for (int e = 0; e < n; ++e) tile[j][tx * VW + e] = t[e];
   }
   __syncthreads();
   // Store: row c0 + jj of y, its columns r0 + i .. r0 + i + VW - 1 = rows of x; tile[i + e][jj].
@@ -92,18 +97,10 @@ transpose(const float* __restrict__ x, float* __restrict__ y, const int R, const
   // Straight through: y[cx + e][r] = x[r][cx + e].
 #pragma unroll
   for (int j = ty; j < TR; j += ROWS) {
+    float t[VW];
     const int r = r0 + j;
-    if (inside && C % VW == 0) {
-      float t[VW];
-      LoadVec(x + (size_t)r * C + cx, t);
-#pragma unroll
-      for (int e = 0; e < VW; ++e) y[(size_t)(cx + e) * R + r] = t[e];
-    } else {
-#pragma unroll
-      for (int e = 0; e < VW; ++e) {
-        if (r < R && cx + e < C) y[(size_t)(cx + e) * R + r] = x[(size_t)r * C + cx + e];
-      }
-    }
+    const int n = ReadRow(x, R, C, r, cx, fast, t);
+    for (int e = 0; e < n; ++e) y[(size_t)(cx + e) * R + r] = t[e];
   }
 #endif
 }

@@ -30,6 +30,18 @@ typedef CAT(float, VW) floatv;
 #define VSTORE(v, p) CAT(vstore, VW)((v), 0, (p))
 #endif
 
+// This work-item's VW elements of row r of x from column cx into t; returns how many lie inside x
+// (a prefix). `fast`: all of them, read as one vector.
+inline int ReadRow(__global const float* x, int R, int C, int r, int cx, bool fast, float* t) {
+  if (fast) {
+    VSTORE(VLOAD(x + r * C + cx), t);
+    return VW;
+  }
+  int n = 0;
+  for (int e = 0; e < VW && r < R && cx + e < C; ++e) t[n++] = x[r * C + cx + e];
+  return n;
+}
+
 __kernel __attribute__((reqd_work_group_size(WX, ROWS, 1)))
 void transpose(__global const float* x, __global float* y, const int R, const int C) {
   const int tx = get_local_id(0);
@@ -38,21 +50,15 @@ void transpose(__global const float* x, __global float* y, const int R, const in
   const int r0 = get_group_id(1) * TR;  // first row of x in this tile
   const bool inside = r0 + TR <= R && c0 + TC <= C;
   const int cx = c0 + tx * VW;  // the first of this work-item's VW columns of x
+  const bool fast = inside && C % VW == 0;
 
 #if LOCAL
   __local float tile[TR][TC + PAD];
   // Load: tile[j][tx * VW + e] = x[r0 + j][cx + e].
   for (int j = ty; j < TR; j += ROWS) {
-    const int r = r0 + j;
-    if (inside && C % VW == 0) {
-      float t[VW];
-      VSTORE(VLOAD(x + r * C + cx), t);
-      for (int e = 0; e < VW; ++e) tile[j][tx * VW + e] = t[e];
-    } else {
-      for (int e = 0; e < VW; ++e) {
-        if (r < R && cx + e < C) tile[j][tx * VW + e] = x[r * C + cx + e];
-      }
-    }
+    float t[VW];
+    const int n = ReadRow(x, R, C, r0 + j, cx, fast, t);
+    for (int e = 0; e < n; ++e) tile[j][tx * VW + e] = t[e];
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   // Store: row c0 + jj of y, its columns r0 + i .. r0 + i + VW - 1 = rows of x; tile[i + e][jj].
@@ -73,16 +79,10 @@ void transpose(__global const float* x, __global float* y, const int R, const in
 #else
   // Straight through: y[cx + e][r] = x[r][cx + e].
   for (int j = ty; j < TR; j += ROWS) {
+    float t[VW];
     const int r = r0 + j;
-    if (inside && C % VW == 0) {
-      float t[VW];
-      VSTORE(VLOAD(x + r * C + cx), t);
-      for (int e = 0; e < VW; ++e) y[(cx + e) * R + r] = t[e];
-    } else {
-      for (int e = 0; e < VW; ++e) {
-        if (r < R && cx + e < C) y[(cx + e) * R + r] = x[r * C + cx + e];
-      }
-    }
+    const int n = ReadRow(x, R, C, r, cx, fast, t);
+    for (int e = 0; e < n; ++e) y[(cx + e) * R + r] = t[e];
   }
 #endif
 }
