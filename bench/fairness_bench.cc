@@ -77,10 +77,16 @@ double ProcessCpuSeconds() {
 }
 
 // Counts each job's results as the workers complete them: the jobs' progress, exact and cheap to
-// read (a job's stored progress is checkpointed every 10 evaluations).
+// read (a job's stored progress is checkpointed now and then).
 class CountingQueue final : public ForwardingWorkQueue {
  public:
   explicit CountingQueue(WorkQueue& inner) : ForwardingWorkQueue(inner) {}
+  absl::Status EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) override {
+    return inner_.EnqueueBatch(stream, requests);
+  }
+  absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override {
+    return inner_.AckResults(job_id, ack_tokens);
+  }
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
     {
       std::lock_guard<std::mutex> lock(mu_);

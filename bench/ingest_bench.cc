@@ -62,14 +62,16 @@ class TimingQueue final : public ForwardingWorkQueue {
 
   absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
     absl::Status st = inner_.Enqueue(stream, request);
-    const double now = bench::Now();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& arrivals = arrivals_[request.job_id()];
-    if (!arrivals.empty()) {
-      latencies_.push_back(now - arrivals.front());
-      arrivals.pop_front();
-    }
+    Dispatched(request);
     return st;
+  }
+  absl::Status EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) override {
+    absl::Status st = inner_.EnqueueBatch(stream, requests);
+    for (const auto& r : requests) Dispatched(r);
+    return st;
+  }
+  absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override {
+    return inner_.AckResults(job_id, ack_tokens);
   }
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override {
@@ -79,6 +81,16 @@ class TimingQueue final : public ForwardingWorkQueue {
       arrivals_[job_id].push_back(bench::Now());
     }
     return r;
+  }
+
+  void Dispatched(const v1::EvaluationRequest& request) {
+    const double now = bench::Now();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& arrivals = arrivals_[request.job_id()];
+    if (!arrivals.empty()) {
+      latencies_.push_back(now - arrivals.front());
+      arrivals.pop_front();
+    }
   }
 
   std::vector<double> latencies() {

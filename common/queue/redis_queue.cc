@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -61,10 +62,11 @@ until cursor == '0'
 return out
 )lua";
 
-// AckResult: acknowledge and delete a result entry (a group lost with the data is no error).
+// AckResults: acknowledge and delete result entries, ARGV = group, ids... (a group lost with the
+// data is no error).
 constexpr char kAckScript[] = R"lua(
-pcall(redis.call, 'XACK', KEYS[1], ARGV[1], ARGV[2])
-return redis.call('XDEL', KEYS[1], ARGV[2])
+pcall(redis.call, 'XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 )lua";
 
 // Enqueue: KEYS = candidate key, work stream, job hash, problem key; ARGV = payload, ttl ms.
@@ -301,16 +303,33 @@ int64_t RedisWorkQueue::DataLosses() {
   return data_losses_;
 }
 
+namespace {
+
+// An error reply as a Status (NOGROUP ones FailedPrecondition, see IsNoGroup); OK otherwise.
+absl::Status ReplyError(const redisReply& r, const std::string& command) {
+  if (r.type != REDIS_REPLY_ERROR) return absl::OkStatus();
+  const std::string msg = Str(r);
+  if (absl::StartsWith(msg, "NOGROUP")) return absl::FailedPreconditionError(msg);
+  return absl::InternalError(absl::StrCat("redis ", command, ": ", msg));
+}
+
+}  // namespace
+
 absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
+  absl::StatusOr<std::vector<Reply>> r = Pipeline({args});
+  if (!r.ok()) return r.status();
+  Reply reply = std::move(r->front());
+  if (absl::Status st = ReplyError(*reply, args[0]); !st.ok()) return st;
+  return reply;
+}
+
+absl::StatusOr<std::vector<RedisWorkQueue::Reply>> RedisWorkQueue::Pipeline(
+    const std::vector<std::vector<std::string>>& commands) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.reconnect_timeout_seconds);
   auto backoff = std::chrono::milliseconds(20);
   std::string last_error;
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
   while (true) {
     Context c;
     {
@@ -331,31 +350,43 @@ absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<
       }
     }
     if (c != nullptr) {
-      Reply r(static_cast<redisReply*>(
-          redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
-      if (r != nullptr) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          idle_.push_back(std::move(c));
+      bool sent = true;
+      for (const auto& args : commands) {
+        argv.clear();
+        lens.clear();
+        for (const auto& a : args) {
+          argv.push_back(a.data());
+          lens.push_back(a.size());
         }
-        if (r->type == REDIS_REPLY_ERROR) {
-          const std::string msg = Str(*r);
-          if (absl::StartsWith(msg, "NOGROUP")) return absl::FailedPreconditionError(msg);
-          return absl::InternalError(absl::StrCat("redis ", args[0], ": ", msg));
+        if (redisAppendCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+          sent = false;
+          break;
         }
-        return r;
+      }
+      std::vector<Reply> replies;
+      replies.reserve(commands.size());
+      while (sent && replies.size() < commands.size()) {
+        void* raw = nullptr;
+        if (redisGetReply(c.get(), &raw) != REDIS_OK || raw == nullptr) break;
+        replies.emplace_back(static_cast<redisReply*>(raw));
+      }
+      if (replies.size() == commands.size()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        idle_.push_back(std::move(c));
+        return replies;
       }
       last_error = absl::StrCat(address_.host, ":", address_.port, ": ", c->errstr);
       // The connection is broken: drop it, and every idle one (a restarted server broke them all).
       std::lock_guard<std::mutex> lock(mu_);
       idle_.clear();
     }
+    const std::string& what = commands.front().front();
     if (closed_.load()) return absl::CancelledError(absl::StrCat("queue closed; redis unreachable: ", last_error));
     if (std::chrono::steady_clock::now() + backoff >= deadline) {
       return absl::UnavailableError(absl::StrCat("redis unreachable for ", options_.reconnect_timeout_seconds,
                                                  " s: ", last_error));
     }
-    log_->warn("redis {} failed ({}); reconnecting", args[0], last_error);
+    log_->warn("redis {} failed ({}); reconnecting", what, last_error);
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
@@ -404,22 +435,57 @@ absl::StatusOr<std::shared_ptr<const v1::Problem>> RedisWorkQueue::FetchProblem(
 }
 
 absl::Status RedisWorkQueue::Enqueue(const std::string& stream, const v1::EvaluationRequest& request) {
+  return EnqueueMany(stream, {&request});
+}
+
+absl::Status RedisWorkQueue::EnqueueBatch(const std::string& stream,
+                                          const std::vector<v1::EvaluationRequest>& requests) {
+  std::vector<const v1::EvaluationRequest*> all;
+  all.reserve(requests.size());
+  for (const auto& r : requests) all.push_back(&r);
+  return EnqueueMany(stream, all);
+}
+
+absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
+                                         const std::vector<const v1::EvaluationRequest*>& requests) {
   if (closed_.load()) return absl::CancelledError("queue closed");
-  v1::EvaluationRequest slim = request;
-  slim.clear_problem();
-  std::string payload;
-  if (!slim.SerializeToString(&payload)) return absl::InternalError("cannot serialise the request");
+  if (requests.empty()) return absl::OkStatus();
   // The problem travels once (a key of its own); each entry names it. The script refuses an
   // entry whose problem is not there (it expired, or Redis lost it): store it again, then retry.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    absl::StatusOr<std::string> problem_key = StoreProblem(request, /*again=*/attempt > 0);
-    if (!problem_key.ok()) return problem_key.status();
-    auto r = Command({"EVAL", kEnqueueScript, "4", CandidateKeyOf(request), WorkKey(stream), JobKey(request.job_id()),
-                      *problem_key, payload, absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
-    if (!r.ok()) return r.status();
-    if ((*r)->type != REDIS_REPLY_INTEGER || (*r)->integer != -1) return absl::OkStatus();
+  std::vector<std::string> payloads;
+  payloads.reserve(requests.size());
+  for (const v1::EvaluationRequest* request : requests) {
+    v1::EvaluationRequest slim = *request;
+    slim.clear_problem();
+    if (!slim.SerializeToString(&payloads.emplace_back())) return absl::InternalError("cannot serialise the request");
   }
-  return absl::UnavailableError("redis keeps losing the problem of this request");
+  std::vector<size_t> todo(requests.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  const std::string ttl = absl::StrCat(Millis(options_.candidate_key_ttl_seconds));
+  for (int attempt = 0; attempt < 2 && !todo.empty(); ++attempt) {
+    std::set<std::string> stored_again;  // jobs whose problem this attempt stored again
+    std::vector<std::vector<std::string>> commands;
+    commands.reserve(todo.size());
+    for (size_t i : todo) {
+      const v1::EvaluationRequest& request = *requests[i];
+      absl::StatusOr<std::string> problem_key =
+          StoreProblem(request, /*again=*/attempt > 0 && stored_again.insert(request.job_id()).second);
+      if (!problem_key.ok()) return problem_key.status();
+      commands.push_back({"EVAL", kEnqueueScript, "4", CandidateKeyOf(request), WorkKey(stream),
+                          JobKey(request.job_id()), *problem_key, payloads[i], ttl});
+    }
+    absl::StatusOr<std::vector<Reply>> replies = Pipeline(commands);
+    if (!replies.ok()) return replies.status();
+    std::vector<size_t> again;
+    for (size_t k = 0; k < todo.size(); ++k) {
+      const redisReply& r = *(*replies)[k];
+      if (absl::Status st = ReplyError(r, "EVAL"); !st.ok()) return st;
+      if (r.type == REDIS_REPLY_INTEGER && r.integer == -1) again.push_back(todo[k]);
+    }
+    todo = std::move(again);
+  }
+  if (!todo.empty()) return absl::UnavailableError("redis keeps losing the problem of this request");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ItemFromEntry(const std::string& key,
@@ -514,12 +580,32 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::Dequeue(const std::strin
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_seconds));
   while (true) {
     if (closed_.load()) return std::optional<WorkItem>();
-    auto claimed = ClaimExpired(key, consumer);
-    if (IsNoGroup(claimed.status())) {
-      if (absl::Status st = EnsureGroup(key, kWorkers); !st.ok()) return st;
-      continue;
+    // Expired leases are looked for a few times per lease, not on every call (it costs a round
+    // trip): a dead worker's item goes out again within about 1.25 leases.
+    bool claim = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = std::chrono::steady_clock::now();
+      auto [last, fresh] = last_claim_.try_emplace(key, now);
+      if (fresh || now - last->second >= std::chrono::duration<double>(options_.queue.lease_seconds / 4)) {
+        last->second = now;
+        claim = true;
+      }
     }
-    if (!claimed.ok() || claimed->has_value()) return claimed;
+    if (claim) {
+      auto claimed = ClaimExpired(key, consumer);
+      if (IsNoGroup(claimed.status())) {
+        if (absl::Status st = EnsureGroup(key, kWorkers); !st.ok()) return st;
+        continue;
+      }
+      if (!claimed.ok() || claimed->has_value()) {
+        if (claimed.ok()) {  // there may be more: look again on the next call
+          std::lock_guard<std::mutex> lock(mu_);
+          last_claim_.erase(key);
+        }
+        return claimed;
+      }
+    }
     const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
     std::vector<std::string> args = {"XREADGROUP", "GROUP", kWorkers, consumer, "COUNT", "1"};
     if (left > 0) {
@@ -690,8 +776,15 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
 }
 
 absl::Status RedisWorkQueue::AckResult(const std::string& job_id, const std::string& ack_token) {
+  return AckResults(job_id, {ack_token});
+}
+
+absl::Status RedisWorkQueue::AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) {
+  if (ack_tokens.empty()) return absl::OkStatus();
   // One round trip; a group lost with the server's data has nothing to acknowledge.
-  auto r = Command({"EVAL", kAckScript, "1", ResultKey(job_id), kCoordinators, ack_token});
+  std::vector<std::string> args = {"EVAL", kAckScript, "1", ResultKey(job_id), kCoordinators};
+  args.insert(args.end(), ack_tokens.begin(), ack_tokens.end());
+  auto r = Command(args);
   return r.ok() ? absl::OkStatus() : r.status();
 }
 

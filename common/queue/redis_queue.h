@@ -78,6 +78,9 @@ class RedisWorkQueue final : public WorkQueue {
   RedisWorkQueue& operator=(const RedisWorkQueue&) = delete;
 
   absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override;
+  // One pipelined round trip for the lot (and one more for those whose problem had to be stored
+  // again).
+  absl::Status EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) override;
   absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
                                                   double timeout_seconds) override;
   absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override;
@@ -85,6 +88,8 @@ class RedisWorkQueue final : public WorkQueue {
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
+  // One round trip (XACK + XDEL of every token).
+  absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override;
   absl::Status PurgeJob(const std::string& job_id) override;
   absl::Status Heartbeat(const v1::WorkerStatus& status) override;
   absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
@@ -108,6 +113,11 @@ class RedisWorkQueue final : public WorkQueue {
   // Runs one command, reconnecting with backoff on I/O errors; an error reply is a Status
   // (NOGROUP ones FailedPrecondition, see IsNoGroup).
   absl::StatusOr<Reply> Command(const std::vector<std::string>& args);
+  // Sends the commands in one go and reads their replies (an error reply is returned as a reply:
+  // see ReplyError), reconnecting with backoff on I/O errors and sending them all again then: only
+  // for commands that are safe to repeat.
+  absl::StatusOr<std::vector<Reply>> Pipeline(const std::vector<std::vector<std::string>>& commands);
+  absl::Status EnqueueMany(const std::string& stream, const std::vector<const v1::EvaluationRequest*>& requests);
   absl::Status EnsureGroup(const std::string& key, const std::string& group);
   // Claims one expired lease of the stream for `consumer`, poisoning any past max_deliveries.
   absl::StatusOr<std::optional<WorkItem>> ClaimExpired(const std::string& key, const std::string& consumer);
@@ -137,6 +147,8 @@ class RedisWorkQueue final : public WorkQueue {
   // ones were last looked for.
   std::map<std::string, std::deque<ResultDelivery>> read_ahead_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_reclaim_;
+  // Per work stream: when Dequeue last looked for expired leases.
+  std::map<std::string, std::chrono::steady_clock::time_point> last_claim_;
   std::string epoch_;                          // the server's epoch marker as last seen
   int64_t data_losses_ = 0;
   // Per job: where the re-reading of results left pending by an earlier queue stands ("" once done).

@@ -4,6 +4,22 @@
 
 namespace kforge {
 
+// Decorators (ForwardingWorkQueue) keep these: a decorator that changes Enqueue or AckResult sees
+// every request and token.
+absl::Status WorkQueue::EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) {
+  for (const auto& r : requests) {
+    if (absl::Status st = Enqueue(stream, r); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkQueue::AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) {
+  for (const auto& t : ack_tokens) {
+    if (absl::Status st = AckResult(job_id, t); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 v1::EvaluationResult PoisonResult(const v1::EvaluationRequest& request, int deliveries) {
   v1::EvaluationResult r;
   r.set_request_id(request.request_id());

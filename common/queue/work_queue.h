@@ -58,6 +58,11 @@ class WorkQueue {
   // Queues the request on `stream`. A request whose candidate (job id + candidate id) is already
   // queued or in flight is not queued again (OK is returned).
   [[nodiscard]] virtual absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) = 0;
+  // Enqueue of each request, in order, in as few round trips as the backend can (a coordinator
+  // dispatches what it proposed in one go). Stops at the first error: the requests before it are
+  // queued, the rest may be (retrying all is safe: Enqueue is idempotent).
+  [[nodiscard]] virtual absl::Status EnqueueBatch(const std::string& stream,
+                                                  const std::vector<v1::EvaluationRequest>& requests);
   // Waits up to timeout_seconds; nullopt when nothing arrived (or the queue was closed).
   [[nodiscard]] virtual absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream,
                                                                         const std::string& consumer,
@@ -76,6 +81,9 @@ class WorkQueue {
                                                                                  double timeout_seconds) = 0;
   // The result was committed to the store (or judged unusable): it is not handed out again.
   [[nodiscard]] virtual absl::Status AckResult(const std::string& job_id, const std::string& ack_token) = 0;
+  // AckResult of each token, in as few round trips as the backend can. Stops at the first error
+  // (an unacknowledged result only comes back, and is a duplicate then).
+  [[nodiscard]] virtual absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens);
   // Cancel: drops the job's queued and in-flight items (a later Complete of an in-flight one still
   // publishes its result) and its undelivered results.
   [[nodiscard]] virtual absl::Status PurgeJob(const std::string& job_id) = 0;

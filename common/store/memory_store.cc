@@ -138,16 +138,27 @@ absl::Status MemoryStore::ReleaseJob(const std::string& job_id, const JobLease& 
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> MemoryStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
+absl::StatusOr<std::vector<bool>> MemoryStore::InsertCandidates(const std::string& job_id,
+                                                                absl::Span<const v1::Candidate> candidates,
+                                                                int64_t fence) {
+  if (absl::Status st = CheckCandidatesJob(job_id, candidates); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<JobData*> w = Writable(c.job_id(), fence);
+  absl::StatusOr<JobData*> w = Writable(job_id, fence);
   if (!w.ok()) return w.status();
   JobData& d = **w;
-  if (d.by_hash.contains(c.content_hash()) || d.by_id.contains(c.id())) return false;
-  d.by_hash[c.content_hash()] = d.candidates.size();
-  d.by_id[c.id()] = d.candidates.size();
-  d.candidates.push_back(c);
-  return true;
+  std::vector<bool> out;
+  out.reserve(candidates.size());
+  for (const auto& c : candidates) {
+    if (d.by_hash.contains(c.content_hash()) || d.by_id.contains(c.id())) {
+      out.push_back(false);
+      continue;
+    }
+    d.by_hash[c.content_hash()] = d.candidates.size();
+    d.by_id[c.id()] = d.candidates.size();
+    d.candidates.push_back(c);
+    out.push_back(true);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<v1::Candidate>> MemoryStore::ListCandidates(const std::string& job_id) {

@@ -20,7 +20,9 @@ class MemoryStore final : public Store {
                                     double lease_seconds) override;
   absl::Status RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) override;
   absl::Status ReleaseJob(const std::string& job_id, const JobLease& lease) override;
-  absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate, int64_t fence) override;
+  absl::StatusOr<std::vector<bool>> InsertCandidates(const std::string& job_id,
+                                                     absl::Span<const v1::Candidate> candidates,
+                                                     int64_t fence) override;
   absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string& job_id) override;
   absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(const std::string& job_id,
                                                          const std::vector<v1::EvaluationResult>& results,

@@ -47,8 +47,10 @@ class MeteredStore final : public Store {
   absl::Status ReleaseJob(const std::string& job_id, const JobLease& lease) override {
     return Timed("release_job", [&] { return inner_.ReleaseJob(job_id, lease); });
   }
-  absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate, int64_t fence) override {
-    return Timed("insert_candidate", [&] { return inner_.InsertCandidate(candidate, fence); });
+  absl::StatusOr<std::vector<bool>> InsertCandidates(const std::string& job_id,
+                                                     absl::Span<const v1::Candidate> candidates,
+                                                     int64_t fence) override {
+    return Timed("insert_candidates", [&] { return inner_.InsertCandidates(job_id, candidates, fence); });
   }
   absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string& job_id) override {
     return Timed("list_candidates", [&] { return inner_.ListCandidates(job_id); });

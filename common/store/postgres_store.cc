@@ -405,32 +405,63 @@ absl::Status PostgresStore::ReleaseJob(const std::string& job_id, const JobLease
   }).status();
 }
 
-absl::StatusOr<bool> PostgresStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
-  const std::string body = c.SerializeAsString();
-  return WithTransaction<bool>(
-      "insert candidate",
-      [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
-        // One statement: the fence check (a shared lock on the job's row, so that a takeover
-        // waits for it) and the insert.
-        pqxx::result r = w.exec_params(
-            "WITH j AS (SELECT lease_token FROM jobs WHERE id = $1 FOR SHARE), "
-            "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) "
-            "SELECT $1, $2, $3, $4, $5 FROM j WHERE $6 = 0 OR j.lease_token = $6 "
-            "ON CONFLICT DO NOTHING RETURNING id) "
-            "SELECT (SELECT lease_token FROM j), (SELECT count(*) FROM ins)",
-            c.job_id(), c.id(), c.content_hash(), c.sequence(), pqxx::binarystring(body), fence);
-        if (r[0][0].is_null()) return NoJobError(c.job_id());
-        const int64_t current = r[0][0].as<int64_t>();
-        if (fence != kNoFence && current != fence) return StaleFenceError(c.job_id(), fence, current);
-        if (r[0][1].as<int64_t>() > 0) return true;
-        if (attempt > 1) {
-          pqxx::result mine =
-              w.exec_params("SELECT body FROM candidates WHERE job_id = $1 AND id = $2", c.job_id(), c.id());
-          if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+absl::StatusOr<std::vector<bool>> PostgresStore::InsertCandidates(const std::string& job_id,
+                                                                  absl::Span<const v1::Candidate> candidates,
+                                                                  int64_t fence) {
+  if (absl::Status st = CheckCandidatesJob(job_id, candidates); !st.ok()) return st;
+  std::vector<std::string> bodies;
+  bodies.reserve(candidates.size());
+  for (const auto& c : candidates) bodies.push_back(c.SerializeAsString());
+  return WithTransaction<std::vector<bool>>(
+      "insert candidates",
+      [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<std::vector<bool>> {
+        std::vector<bool> out(candidates.size(), false);
+        std::set<std::string> done;  // candidates given true in this batch
+        const std::string job = w.quote(job_id);
+        bool checked = false;
+        // One statement per chunk: the fence check (a shared lock on the job's row, so that a
+        // takeover waits for it), a multi-row insert (the first of two with one id or content hash
+        // wins), and per candidate whether it was inserted.
+        for (size_t begin = 0; begin < candidates.size(); begin += kBatchRows) {
+          const size_t end = std::min(candidates.size(), begin + kBatchRows);
+          std::string values;
+          for (size_t i = begin; i < end; ++i) {
+            const auto& c = candidates[i];
+            absl::StrAppend(&values, i == begin ? "" : ",", "(", i, ",", w.quote(c.id()), ",", w.quote(c.content_hash()),
+                            ",", c.sequence(), "::int8,", w.quote_raw(bodies[i]), "::bytea)");
+          }
+          pqxx::result rows = w.exec(absl::StrCat(
+              "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
+              "v(ord, id, hash, seq, body) AS (VALUES ", values, "), ",
+              "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job,
+              ", v.id, v.hash, v.seq, v.body FROM v, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
+              " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING id) ",
+              "SELECT (SELECT lease_token FROM j), v.ord, v.id IN (SELECT id FROM ins) FROM v ORDER BY v.ord"));
+          for (const auto& row : rows) {
+            if (!checked) {
+              if (row[0].is_null()) return NoJobError(job_id);
+              const int64_t current = row[0].as<int64_t>();
+              if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
+              checked = true;
+            }
+            const size_t i = row[1].as<size_t>();
+            out[i] = row[2].as<bool>() && done.insert(candidates[i].id()).second;
+          }
         }
-        return false;
+        if (!checked && !JobExists(w, job_id)) return NoJobError(job_id);
+        // A retry after a commit whose answer was lost finds its own rows: they were stored by it.
+        for (size_t i = 0; attempt > 1 && i < candidates.size(); ++i) {
+          if (out[i] || done.contains(candidates[i].id())) continue;
+          pqxx::result mine = w.exec_params("SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id,
+                                            candidates[i].id());
+          if (!mine.empty() && Bytes(mine[0][0]) == bodies[i]) {
+            out[i] = true;
+            done.insert(candidates[i].id());
+          }
+        }
+        return out;
       },
-      -1, /*single_statement=*/true);
+      -1, /*single_statement=*/candidates.size() <= kBatchRows);
 }
 
 absl::StatusOr<std::vector<v1::Candidate>> PostgresStore::ListCandidates(const std::string& job_id) {

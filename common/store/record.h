@@ -23,6 +23,18 @@ inline absl::Status NoJobError(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("no job ", job_id));
 }
 
+// InsertCandidates takes one job's candidates.
+template <typename Candidates>
+absl::Status CheckCandidatesJob(const std::string& job_id, const Candidates& candidates) {
+  for (const auto& c : candidates) {
+    if (c.job_id() != job_id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("candidate ", c.id(), " names job \"", c.job_id(), "\", not \"", job_id, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A fenced write to a job whose lease has moved on.
 inline absl::Status StaleFenceError(const std::string& job_id, int64_t fence, int64_t current) {
   return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": write refused: lease token ", fence,

@@ -396,14 +396,22 @@ absl::Status SqliteStore::ReleaseJob(const std::string& job_id, const JobLease& 
   return JobExists(job_id) ? LeaseLostError(job_id, lease.token) : NoJobError(job_id);
 }
 
-absl::StatusOr<bool> SqliteStore::InsertCandidate(const v1::Candidate& c, int64_t fence) {
+absl::StatusOr<std::vector<bool>> SqliteStore::InsertCandidates(const std::string& job_id,
+                                                                absl::Span<const v1::Candidate> candidates,
+                                                                int64_t fence) {
+  if (absl::Status st = CheckCandidatesJob(job_id, candidates); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
-  return InTransaction<bool>([&]() -> absl::StatusOr<bool> {
-    if (absl::Status st = CheckWritable(c.job_id(), fence); !st.ok()) return st;
-    Stmt s(db_, "INSERT OR IGNORE INTO candidates (job_id, id, content_hash, sequence, body) VALUES (?, ?, ?, ?, ?)");
-    s.Text(1, c.job_id()).Text(2, c.id()).Text(3, c.content_hash()).Int(4, c.sequence()).Blob(5, c.SerializeAsString());
-    if (s.Step() != SQLITE_DONE) return Error("insert candidate");
-    return sqlite3_changes(db_) > 0;
+  return InTransaction<std::vector<bool>>([&]() -> absl::StatusOr<std::vector<bool>> {
+    if (absl::Status st = CheckWritable(job_id, fence); !st.ok()) return st;
+    std::vector<bool> out;
+    out.reserve(candidates.size());
+    for (const auto& c : candidates) {
+      Stmt s(db_, "INSERT OR IGNORE INTO candidates (job_id, id, content_hash, sequence, body) VALUES (?, ?, ?, ?, ?)");
+      s.Text(1, c.job_id()).Text(2, c.id()).Text(3, c.content_hash()).Int(4, c.sequence()).Blob(5, c.SerializeAsString());
+      if (s.Step() != SQLITE_DONE) return Error("insert candidate");
+      out.push_back(sqlite3_changes(db_) > 0);
+    }
+    return out;
   });
 }
 

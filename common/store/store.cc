@@ -4,6 +4,13 @@
 
 namespace kforge {
 
+absl::StatusOr<bool> Store::InsertCandidate(const v1::Candidate& candidate, int64_t fence) {
+  absl::StatusOr<std::vector<bool>> r = InsertCandidates(candidate.job_id(), absl::MakeConstSpan(&candidate, 1), fence);
+  if (!r.ok()) return r.status();
+  if (r->size() != 1) return absl::InternalError("store returned no outcome for one candidate");
+  return r->front();
+}
+
 absl::StatusOr<bool> Store::PutEvaluation(const v1::EvaluationResult& result, int64_t fence) {
   absl::StatusOr<std::vector<PutOutcome>> r = PutEvaluations(result.job_id(), {result}, fence);
   if (!r.ok()) return r.status();

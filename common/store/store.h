@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kforge/v1/evaluation.pb.h"
 #include "kforge/v1/job.pb.h"
 #include "kforge/v1/llm_proxy.pb.h"
@@ -84,9 +85,16 @@ class Store {
   [[nodiscard]] virtual absl::Status ReleaseJob(const std::string& job_id, const JobLease& lease) = 0;
 
   // ---- candidates and evaluations ----
-  // Inserts a candidate. Returns false (and stores nothing) when the job already has a candidate
-  // with the same content hash or the same id: inserting is idempotent and dedupes.
-  [[nodiscard]] virtual absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate, int64_t fence) = 0;
+  // Inserts candidates of one job in one transaction (the driver writes what it proposed in one
+  // go). Per candidate: false (nothing stored for it) when the job already has, or an earlier
+  // candidate of the batch gave it, a candidate with the same content hash or the same id:
+  // inserting is idempotent and dedupes. InvalidArgument for a candidate naming another job; the
+  // call fails as a whole (nothing stored) when the store does or the fence is stale.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<bool>> InsertCandidates(const std::string& job_id,
+                                                                            absl::Span<const v1::Candidate> candidates,
+                                                                            int64_t fence) = 0;
+  // One candidate: false when it was a duplicate.
+  [[nodiscard]] absl::StatusOr<bool> InsertCandidate(const v1::Candidate& candidate, int64_t fence);
   // In sequence order.
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string& job_id) = 0;
 

@@ -113,6 +113,7 @@ absl::StatusOr<bool> JobDriver::Begin() {
   // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.
   KF_ASSIGN_OR_RETURN(cands_, store_.ListCandidates(job_id_));
   rebuilt_ = cands_.size();
+  dispatched_ = cands_.size();
   for (size_t i = 0; i < cands_.size(); ++i) {
     index_[cands_[i].id()] = i;
     seen_.insert(cands_[i].content_hash());
@@ -230,8 +231,10 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
   }
   // Checkpoint progress now and then, so that a killed run resumes with its elapsed time (the
   // wall-time budget) and a watcher sees progress.
-  if (improved || ingested_count_ % 10 == 0) {
+  if (improved || CheckpointDue()) {
     const v1::JobProgress now = ProgressNow();
+    last_checkpoint_ = clock_.MonotonicSeconds();
+    last_checkpoint_count_ = ingested_count_;
     *job_.mutable_progress() = now;
     KF_RETURN_IF_ERROR(SaveJob());
     if (ended_elsewhere_.has_value()) return absl::OkStatus();
@@ -242,6 +245,14 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
     }
   }
   return absl::OkStatus();
+}
+
+// Every 10 evaluations, at most 4 times a second (a fast job would write its row hundreds of times
+// a second) and at least every 100 evaluations.
+bool JobDriver::CheckpointDue() const {
+  if (ingested_count_ % 10 != 0) return false;
+  return ingested_count_ - last_checkpoint_count_ >= 100 ||
+         clock_.MonotonicSeconds() - last_checkpoint_ >= kCheckpointSeconds;
 }
 
 absl::Status JobDriver::IngestReady(bool notify) {
@@ -301,17 +312,13 @@ v1::EvaluationRequest JobDriver::RequestFor(const v1::Candidate& c) const {
 // Candidates proposed but never evaluated (an interrupted run, or a queue that lost them):
 // dispatch again. Enqueue is idempotent, so one still queued is not doubled.
 absl::Status JobDriver::Redispatch() {
-  int n = 0;
+  std::vector<v1::EvaluationRequest> requests;
   for (const auto& c : cands_) {
-    if (evaluated_.contains(c.id())) continue;
-    KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, RequestFor(c)));
-    ++n;
+    if (!evaluated_.contains(c.id())) requests.push_back(RequestFor(c));
   }
-  if (confirm_.has_value()) {
-    KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, *confirm_));
-    ++n;
-  }
-  if (n > 0) log_->info("job={} dispatched again candidates={}", job_id_, n);
+  if (confirm_.has_value()) requests.push_back(*confirm_);
+  KF_RETURN_IF_ERROR(queue_.EnqueueBatch(stream_, requests));
+  if (!requests.empty()) log_->info("job={} dispatched again candidates={}", job_id_, requests.size());
   return absl::OkStatus();
 }
 
@@ -429,14 +436,29 @@ absl::Status JobDriver::Propose() {
     stop_reason_ = "the mutator repeated a candidate";
     return absl::OkStatus();
   }
-  KF_ASSIGN_OR_RETURN(bool inserted, store_.InsertCandidate(child, fence_));
-  if (!inserted) return absl::InternalError(absl::StrCat("candidate ", child.id(), " already stored"));
+  // Stored and dispatched by DispatchProposed, with the rest of this round's proposals.
   seen_.insert(child.content_hash());
   index_[child.id()] = cands_.size();
-  cands_.push_back(child);
-  KF_ASSIGN_OR_RETURN(bool reused, Reuse(cands_.back()));
-  if (reused) return absl::OkStatus();
-  return queue_.Enqueue(stream_, RequestFor(cands_.back()));
+  cands_.push_back(std::move(child));
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::DispatchProposed() {
+  const size_t from = dispatched_;
+  if (from >= cands_.size()) return absl::OkStatus();
+  const absl::Span<const v1::Candidate> batch = absl::MakeConstSpan(cands_).subspan(from);
+  KF_ASSIGN_OR_RETURN(std::vector<bool> inserted, store_.InsertCandidates(job_id_, batch, fence_));
+  for (size_t i = 0; i < inserted.size(); ++i) {
+    if (!inserted[i]) return absl::InternalError(absl::StrCat("candidate ", batch[i].id(), " already stored"));
+  }
+  dispatched_ = cands_.size();
+  std::vector<v1::EvaluationRequest> requests;
+  requests.reserve(batch.size());
+  for (const v1::Candidate& c : batch) {
+    KF_ASSIGN_OR_RETURN(bool reused, Reuse(c));
+    if (!reused) requests.push_back(RequestFor(c));
+  }
+  return queue_.EnqueueBatch(stream_, requests);
 }
 
 std::string JobDriver::ReuseClass() const {
@@ -536,6 +558,17 @@ absl::Status JobDriver::Fill() {
 }
 
 absl::Status JobDriver::FillOnce() {
+  absl::Status proposed = ProposeWhileRoom();
+  // What was proposed before an error still goes out: its model calls are recorded.
+  absl::Status sent = DispatchProposed();
+  if (!proposed.ok()) {
+    if (!sent.ok()) log_->warn("job={} cannot dispatch the proposals before the error: {}", job_id_, sent.message());
+    return proposed;
+  }
+  return sent;
+}
+
+absl::Status JobDriver::ProposeWhileRoom() {
   if (stop_reason_.empty()) stop_reason_ = BudgetReason();
   // Propose while the pipeline has room (in order: candidate k waits for candidate k - slots),
   // once the seed has been evaluated, and while the tenant's quotas admit more.
@@ -587,14 +620,16 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     log_->warn("job={} results={} not stored yet: {}", job_id_, rs.size(), put.status().message());
     return absl::OkStatus();
   }
+  std::vector<std::string> tokens;
+  tokens.reserve(batch.size());
+  for (const auto& d : batch) tokens.push_back(d.ack_token);
+  if (absl::Status st = queue_.AckResults(job_id_, tokens); !st.ok()) {
+    // Harmless: the results come back and are duplicates then.
+    log_->warn("job={} cannot acknowledge results={}: {}", job_id_, tokens.size(), st.message());
+  }
   int64_t stored = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const v1::EvaluationResult& r = batch[i].result;
-    if (absl::Status st = queue_.AckResult(job_id_, batch[i].ack_token); !st.ok()) {
-      // Harmless: the result comes back and is a duplicate then.
-      log_->warn("job={} cannot acknowledge the result for candidate={}: {}", job_id_, r.candidate_id(),
-                 st.message());
-    }
     switch ((*put)[i]) {
       case PutOutcome::kStored:
         evaluated_.insert(r.candidate_id());

@@ -106,7 +106,13 @@ class JobDriver {
   bool ReuseConfirmation(const std::vector<const Member*>& finalists);
   absl::Status RecordModelCalls(int64_t seq, const v1::MutateResponse& resp);
   bool ModelBudgetSpent();
+  // Proposes one candidate (added to cands_, not yet stored: see DispatchProposed).
   absl::Status Propose();
+  absl::Status ProposeWhileRoom();
+  // Stores the candidates proposed since the last call in one write, then dispatches those no
+  // earlier job answered in one go.
+  absl::Status DispatchProposed();
+  bool CheckpointDue() const;
   std::string BudgetReason() const;
   absl::Status Fill();
   absl::Status FillOnce();
@@ -178,6 +184,10 @@ class JobDriver {
   bool reused_waiting_ = false;  // a reused result is stored but not ingested yet
   int64_t reused_ = 0;           // ingested evaluations that were reused
   size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
+  size_t dispatched_ = 0;        // cands_[0, dispatched_) are stored (and dispatched or reused)
+  static constexpr double kCheckpointSeconds = 0.25;
+  double last_checkpoint_ = -1e9;     // when progress was last written (monotonic seconds)
+  int64_t last_checkpoint_count_ = 0;
   // The finalists' re-measurement in flight (at a checkpoint, or the end's), and whether the end's
   // is done.
   std::optional<v1::EvaluationRequest> confirm_;

@@ -123,7 +123,9 @@ class DownStore final : public Store {
   absl::StatusOr<JobLease> ClaimJob(const std::string&, const std::string&, double) override { return Down(); }
   absl::Status RenewJobLease(const std::string&, const JobLease&, double) override { return Down(); }
   absl::Status ReleaseJob(const std::string&, const JobLease&) override { return Down(); }
-  absl::StatusOr<bool> InsertCandidate(const v1::Candidate&, int64_t) override { return Down(); }
+  absl::StatusOr<std::vector<bool>> InsertCandidates(const std::string&, absl::Span<const v1::Candidate>, int64_t) override {
+    return Down();
+  }
   absl::StatusOr<std::vector<v1::Candidate>> ListCandidates(const std::string&) override { return Down(); }
   absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(const std::string&, const std::vector<v1::EvaluationResult>&,
                                                          int64_t) override {

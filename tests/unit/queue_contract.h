@@ -591,6 +591,46 @@ TEST_P(QueueContractTest, UnacknowledgedResultIsDeliveredAgain) {
   EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
 }
 
+TEST_P(QueueContractTest, EnqueueBatchQueuesEachInOrderOnceOnly) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  const std::vector<v1::EvaluationRequest> batch = {MakeQueueRequest("j1", "r1"), MakeQueueRequest("j1", "r2"),
+                                                    MakeQueueRequest("j2", "r3"), MakeQueueRequest("j1", "r2")};
+  ASSERT_TRUE(queue().EnqueueBatch("opencl", batch).ok());
+  ASSERT_TRUE(queue().EnqueueBatch("opencl", {}).ok());
+  std::vector<std::string> got;
+  for (int i = 0; i < 3; ++i) {
+    WorkItem item = MustDequeue("opencl");
+    got.push_back(item.request.job_id() + "/" + item.request.request_id());
+    EXPECT_EQ(item.attempt, 1);
+  }
+  EXPECT_THAT(got, ElementsAre("j1/r1", "j1/r2", "j2/r3"));
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+}
+
+TEST_P(QueueContractTest, AckResultsAcknowledgesEachTokenGiven) {
+  for (const char* id : {"r1", "r2", "r3"}) MustEnqueue("opencl", MakeQueueRequest("j1", id));
+  for (int i = 0; i < 3; ++i) {
+    WorkItem item = MustDequeue("opencl");
+    ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item)).ok());
+  }
+  std::map<std::string, std::string> tokens;  // request id -> ack token
+  for (int i = 0; i < 3; ++i) {
+    auto d = NextDelivery("j1");
+    ASSERT_TRUE(d.has_value());
+    tokens[d->result.request_id()] = d->ack_token;
+  }
+  ASSERT_EQ(tokens.size(), 3u);
+  ASSERT_TRUE(queue().AckResults("j1", {tokens["r1"], tokens["r3"]}).ok());
+  ASSERT_TRUE(queue().AckResults("j1", {}).ok());
+  factory_->AdvanceTime(kRedeliver + 1);
+  auto again = NextDelivery("j1");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->result.request_id(), "r2");
+  ASSERT_TRUE(queue().AckResults("j1", {again->ack_token}).ok());
+  factory_->AdvanceTime(kRedeliver * 2);
+  EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
+}
+
 TEST_P(QueueContractTest, UnacknowledgedResultComesBackOnANewQueue) {
   MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
   WorkItem a = MustDequeue("opencl");

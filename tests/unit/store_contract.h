@@ -291,6 +291,7 @@ class StoreContractTest : public ::testing::TestWithParam<StoreBackend> {
 };
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 inline void SleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
@@ -893,6 +894,71 @@ TEST_P(StoreContractTest, CandidatesOfUnknownJobAreNotFound) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(store().ListCandidates("ghost").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(CandidateIds("j1"), IsEmpty());
+}
+
+// -- candidate batches --
+
+TEST_P(StoreContractTest, InsertCandidatesReportsAnOutcomePerCandidate) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
+  const std::vector<v1::Candidate> batch = {
+      MakeContractCandidate("j1", "c1", "h1", 1),      // new
+      MakeContractCandidate("j1", "c2", "h0", 2),      // c0's content hash, stored before
+      MakeContractCandidate("j1", "c3", "h3", 3),      // new
+      MakeContractCandidate("j1", "c4", "h3", 4),      // c3's content hash, earlier in this batch
+      MakeContractCandidate("j1", "c3", "h5", 5),      // c3's id, earlier in this batch
+      MakeContractCandidate("j1", "c0", "h6", 6),      // c0's id, stored before
+      MakeContractCandidate("j1", "c7", "h7", 7),      // new, after the refusals
+  };
+  auto out = store().InsertCandidates("j1", batch, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, ElementsAre(true, false, true, false, false, false, true));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c3", "c7"));
+  auto got = store().ListCandidates("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_THAT((*got)[2], EqualsProto(batch[2]));  // the first of the two c3s
+  // The refused hashes are still free.
+  MustInsert(MakeContractCandidate("j1", "c8", "h5", 8));
+  MustInsert(MakeContractCandidate("j1", "c9", "h6", 9));
+}
+
+TEST_P(StoreContractTest, InsertCandidatesOfAnEmptyBatchIsOkAndOfAnUnknownJobNotFound) {
+  MustCreateJob(MakeContractJob("j1"));
+  auto out = store().InsertCandidates("j1", {}, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, IsEmpty());
+  EXPECT_EQ(store().InsertCandidates("ghost", {}, kNoFence).status().code(), absl::StatusCode::kNotFound);
+  const std::vector<v1::Candidate> ghost = {MakeContractCandidate("ghost", "c0", "h0", 0)};
+  EXPECT_EQ(store().InsertCandidates("ghost", ghost, kNoFence).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(StoreContractTest, InsertCandidatesNamingAnotherJobStoresNothing) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustCreateJob(MakeContractJob("j2"));
+  const std::vector<v1::Candidate> batch = {MakeContractCandidate("j1", "c0", "h0", 0),
+                                            MakeContractCandidate("j2", "c1", "h1", 1)};
+  auto out = store().InsertCandidates("j1", batch, kNoFence);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("c1"));
+  EXPECT_THAT(CandidateIds("j1"), IsEmpty());
+  EXPECT_THAT(CandidateIds("j2"), IsEmpty());
+}
+
+TEST_P(StoreContractTest, InsertCandidatesWithAStaleFenceStoresNoneOfTheBatch) {
+  MustCreateJob(MakeContractJob("j1"));
+  const JobLease old_lease = MustClaim("j1", "coord-a", 0.2);
+  SleepSeconds(0.5);
+  const JobLease new_lease = MustClaim("j1", "coord-b", 60);
+  const std::vector<v1::Candidate> batch = {MakeContractCandidate("j1", "c0", "h0", 0),
+                                            MakeContractCandidate("j1", "c1", "h1", 1)};
+  auto stale = store().InsertCandidates("j1", batch, old_lease.token);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_THAT(CandidateIds("j1"), IsEmpty());
+  auto fresh = store().InsertCandidates("j1", batch, new_lease.token);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_THAT(*fresh, ElementsAre(true, true));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1"));
 }
 
 // -- evaluations --
