@@ -11,8 +11,8 @@
 // candidate order (the embedded run's, deterministic).
 //
 // Reported per backend pair (medians over the rounds): results stored per second, the
-// coordinator process's CPU seconds per result (workers included; the servers are separate
-// processes), and the dispatch latency: from a result's arrival at the coordinator (NextResult
+// coordinator process's CPU seconds per result (workers included), the servers' (PostgreSQL's and
+// Redis's processes, read from /proc), and the dispatch latency: from a result's arrival at the coordinator (NextResult
 // returns it) to the dispatch of the request that takes its slot (Enqueue), p50 and p99.
 
 #include <sys/resource.h>
@@ -118,6 +118,8 @@ struct RoundResult {
   int64_t results = 0;
   double seconds = 0;
   double cpu_seconds = 0;
+  double server_cpu_seconds = 0;  // PostgreSQL's and Redis's processes
+  double redis_cpu_seconds = 0;   // of which Redis's
   std::vector<double> latencies;
 };
 
@@ -137,7 +139,13 @@ double Percentile(std::vector<double> v, double p) {
 
 // One round: `jobs` concurrent jobs on a fresh store and queue, run to their budgets.
 absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue& inner, const v1::Problem& problem,
-                                     const KtCache& cache, const Logger& log, int round) {
+                                     const KtCache& cache, const Logger& log, int round,
+                                     const std::vector<pid_t>& servers = {}) {
+  const auto server_cpu = [&servers] {
+    double sum = 0;
+    for (pid_t p : servers) sum += bench::ProcessTreeCpuSeconds(p);
+    return sum;
+  };
   RealClock clock;
   TimingQueue queue(inner);
   // Simulated instant workers: the replay backend's lookup (its cache loaded before the clock
@@ -165,6 +173,8 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
     ids.push_back(job->id());
   }
   const double cpu0 = CpuSeconds();
+  const double server0 = server_cpu();
+  const double redis0 = servers.size() > 1 ? bench::ProcessTreeCpuSeconds(servers.back()) : 0;
   const double t0 = bench::Now();
   std::vector<std::thread> drivers;
   std::vector<absl::StatusOr<v1::Job>> done(cfg.jobs, absl::UnknownError("not run"));
@@ -176,6 +186,8 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
   RoundResult r;
   r.seconds = bench::Now() - t0;
   r.cpu_seconds = CpuSeconds() - cpu0;
+  r.server_cpu_seconds = server_cpu() - server0;
+  if (servers.size() > 1) r.redis_cpu_seconds = bench::ProcessTreeCpuSeconds(servers.back()) - redis0;
   fleet.Stop();
   for (const auto& d : done) {
     if (!d.ok()) return d.status();
@@ -266,7 +278,7 @@ int main(int argc, char** argv) {
         std::cerr << queue.status() << "\n";
         return 1;
       }
-      auto r = RunRound(cfg, **store, **queue, *problem, *cache, log, round);
+      auto r = RunRound(cfg, **store, **queue, *problem, *cache, log, round, {postgres.pid(), redis.pid()});
       if (!r.ok()) {
         std::cerr << cluster.name << ": " << r.status() << "\n";
         return 1;
@@ -280,24 +292,30 @@ int main(int argc, char** argv) {
     std::printf("%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %s, %d rounds (medians)\n",
                 cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen,
                 cfg.in_order ? "in order" : "as results arrive", cfg.rounds);
-    std::printf("%-28s %12s %14s %12s %12s\n", "backends", "results/s", "CPU ms/result", "p50 ms", "p99 ms");
+    std::printf("%-28s %10s %14s %18s %16s %9s %9s\n", "backends", "results/s", "CPU ms/result",
+                "servers ms/result", "(Redis ms/result)", "p50 ms", "p99 ms");
   }
   for (const Pair* p : {&embedded, &cluster}) {
     if (p->rounds.empty()) continue;
-    std::vector<double> rate, cpu, p50, p99;
+    std::vector<double> rate, cpu, servers, redis, p50, p99;
     for (const auto& r : p->rounds) {
       rate.push_back(static_cast<double>(r.results) / r.seconds);
       cpu.push_back(1e3 * r.cpu_seconds / static_cast<double>(r.results));
+      servers.push_back(1e3 * r.server_cpu_seconds / static_cast<double>(r.results));
+      redis.push_back(1e3 * r.redis_cpu_seconds / static_cast<double>(r.results));
       p50.push_back(1e3 * Percentile(r.latencies, 0.50));
       p99.push_back(1e3 * Percentile(r.latencies, 0.99));
     }
     if (json) {
       out.push_back({{"backends", p->name}, {"results_per_second", bench::Median(rate)},
-                     {"cpu_ms_per_result", bench::Median(cpu)}, {"dispatch_p50_ms", bench::Median(p50)},
+                     {"cpu_ms_per_result", bench::Median(cpu)}, {"server_cpu_ms_per_result", bench::Median(servers)},
+                     {"redis_cpu_ms_per_result", bench::Median(redis)},
+                     {"dispatch_p50_ms", bench::Median(p50)},
                      {"dispatch_p99_ms", bench::Median(p99)}, {"rates", rate}});
     } else {
-      std::printf("%-28s %12.0f %14.3f %12.3f %12.3f\n", p->name.c_str(), bench::Median(rate), bench::Median(cpu),
-                  bench::Median(p50), bench::Median(p99));
+      std::printf("%-28s %10.0f %14.3f %18.3f %16.3f %9.2f %9.2f\n", p->name.c_str(), bench::Median(rate),
+                  bench::Median(cpu), bench::Median(servers), bench::Median(redis), bench::Median(p50),
+                  bench::Median(p99));
     }
   }
   if (!json && only.empty()) {

@@ -370,25 +370,41 @@ CandidateHasher::CandidateHasher() : prefix_(EVP_MD_CTX_new()), work_(EVP_MD_CTX
 
 CandidateHasher::~CandidateHasher() = default;
 
-std::string CandidateHasher::Hash(const v1::Candidate& candidate) {
-  std::string plan = Deterministic(candidate.plan());
-  if (!primed_ || candidate.source() != source_ || plan != plan_) {
-    source_ = candidate.source();
-    plan_ = std::move(plan);
-    const std::string prefix = absl::StrCat("source\n", NormaliseSource(source_), "\nplan\n", plan_, "\nparams\n");
-    KF_CHECK(EVP_DigestInit_ex(prefix_.get(), EVP_sha256(), nullptr) == 1);
-    KF_CHECK(EVP_DigestUpdate(prefix_.get(), prefix.data(), prefix.size()) == 1);
-    primed_ = true;
+void CandidateHasher::Prime(const v1::Candidate& candidate) {
+  // Most calls are variants of the last base: compare before serialising its plan again.
+  if (primed_ && candidate.source() == source_ &&
+      (candidate.has_plan() ? Deterministic(candidate.plan()) == plan_ : plan_empty_)) {
+    return;
   }
+  source_ = candidate.source();
+  plan_ = Deterministic(candidate.plan());
+  plan_empty_ = !candidate.has_plan();
+  const std::string prefix = absl::StrCat("source\n", NormaliseSource(source_), "\nplan\n", plan_, "\nparams\n");
+  KF_CHECK(EVP_DigestInit_ex(prefix_.get(), EVP_sha256(), nullptr) == 1);
+  KF_CHECK(EVP_DigestUpdate(prefix_.get(), prefix.data(), prefix.size()) == 1);
+  primed_ = true;
+}
+
+std::string CandidateHasher::Finish(const std::map<std::string, int64_t>& sorted_params) {
   std::string params;
-  std::map<std::string, int64_t> sorted(candidate.params().begin(), candidate.params().end());
-  for (const auto& [k, v] : sorted) absl::StrAppend(&params, k, "=", v, "\n");
+  for (const auto& [k, v] : sorted_params) absl::StrAppend(&params, k, "=", v, "\n");
   KF_CHECK(EVP_MD_CTX_copy_ex(work_.get(), prefix_.get()) == 1);
   KF_CHECK(EVP_DigestUpdate(work_.get(), params.data(), params.size()) == 1);
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   KF_CHECK(EVP_DigestFinal_ex(work_.get(), digest, &len) == 1);
   return Hex(digest, len);
+}
+
+std::string CandidateHasher::Hash(const v1::Candidate& candidate) {
+  Prime(candidate);
+  return Finish(std::map<std::string, int64_t>(candidate.params().begin(), candidate.params().end()));
+}
+
+std::string CandidateHasher::HashWithParams(const v1::Candidate& candidate,
+                                            const std::map<std::string, int64_t>& params) {
+  Prime(candidate);
+  return Finish(params);
 }
 
 }  // namespace kforge

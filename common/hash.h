@@ -3,6 +3,7 @@
 // Content hashes for dedupe and caches: hex SHA-256.
 
 #include "absl/strings/string_view.h"
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,12 +52,19 @@ class CandidateHasher {
   CandidateHasher(const CandidateHasher&) = delete;
   CandidateHasher& operator=(const CandidateHasher&) = delete;
   std::string Hash(const v1::Candidate& candidate);
+  // The hash `candidate` would have with `params` in place of its own, without copying it (a
+  // mutator trying knob variants of a parent).
+  std::string HashWithParams(const v1::Candidate& candidate, const std::map<std::string, int64_t>& params);
 
  private:
+  void Prime(const v1::Candidate& candidate);
+  std::string Finish(const std::map<std::string, int64_t>& sorted_params);
+
   struct CtxDeleter {
     void operator()(evp_md_ctx_st* ctx) const;
   };
   std::string source_, plan_;  // the last source and serialised plan
+  bool plan_empty_ = true;     // the last candidate had no plan
   bool primed_ = false;
   // SHA-256 with what they contribute to the hashed text absorbed: a variant hashes only its
   // params on top.

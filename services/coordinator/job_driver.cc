@@ -382,7 +382,7 @@ absl::Status JobDriver::Propose() {
                          : screen_children_);
     req.set_strategy(sel.strategy == "global" && !global ? "explore" : sel.strategy);
     if (mutator_.WantsSeenHashes()) {
-      for (const auto& h : seen_) req.add_seen_hashes(h);
+      for (const auto& c : cands_) req.add_seen_hashes(c.content_hash());  // in sequence order
     }
     if (sel.parents.empty()) {
       // No candidate has succeeded yet: mutate the seed itself.

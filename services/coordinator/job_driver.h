@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -165,7 +166,7 @@ class JobDriver {
   std::map<std::string, v1::EvaluationResult> results_;    // stored, not yet ingested
   std::set<std::string> evaluated_;                        // candidates with a stored evaluation
   int64_t ingested_count_ = 0;
-  std::set<std::string> seen_;
+  absl::flat_hash_set<std::string> seen_;                  // the content hashes of cands_
   std::deque<v1::ParentContext> failures_;                 // the most recent failed evaluations
   v1::DeviceInfo device_;                                  // the device of the latest result
   std::map<std::string, int64_t> counts_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/kt_cache.h"
@@ -153,10 +154,7 @@ bool ParametricMutator::Acceptable(const Space& s, const v1::Candidate& base, co
   if (!valid.ok() || !*valid) return false;
   if (validity_ && !validity_(a)) return false;
   if (s.recorded && !s.recorded(a)) return false;
-  v1::Candidate probe = base;
-  probe.clear_params();
-  for (const auto& [k, v] : a) (*probe.mutable_params())[k] = v;
-  *hash = hasher.Hash(probe);
+  *hash = hasher.HashWithParams(base, a);
   return !seen(*hash);
 }
 
@@ -311,7 +309,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
   std::uniform_real_distribution<double> u(0, 1);
   v1::MutateResponse resp;
   // Children proposed in this call count as seen for the next ones.
-  std::set<std::string> local;
+  absl::flat_hash_set<std::string> local;
   SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
   // Every child is a knob variant of the first parent: its source is normalised once.
   CandidateHasher hasher;

@@ -30,6 +30,8 @@ class PostgresServer {
   [[nodiscard]] absl::Status Restart();
 
   int port() const { return port_; }
+  // The postmaster's process id (-1 when stopped): its children are the backends.
+  pid_t pid() const { return pid_; }
   // postgresql://kforge@127.0.0.1:PORT/DB
   std::string Url(const std::string& database = "postgres") const;
   // Runs one SQL statement with psql as the superuser.

@@ -46,6 +46,7 @@ class RedisServer {
 
   bool running() const { return process_ != nullptr; }
   int port() const { return port_; }
+  pid_t pid() const { return process_ != nullptr ? process_->pid() : -1; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   const std::string& dir() const { return dir_.path(); }
   const std::string& error() const { return error_; }
