@@ -1,6 +1,7 @@
 #pragma once
 
-// Small helpers shared by the benchmark programs: timing and summary statistics.
+// Small helpers shared by the benchmark programs: timing, summary statistics, loading an example,
+// reading a server's CPU time.
 
 #include <sys/types.h>
 #include <unistd.h>
@@ -12,9 +13,23 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "common/param_space.h"
+#include "common/problem_loader.h"
+
 namespace kforge::bench {
+
+// An example's problem and its knob space (the benchmarks that evaluate real configurations).
+inline absl::StatusOr<std::pair<v1::Problem, ParamSpace>> LoadExample(const std::string& dir) {
+  auto problem = LoadProblem(dir);
+  if (!problem.ok()) return problem.status();
+  auto space = ParamSpace::Create(*problem);
+  if (!space.ok()) return space.status();
+  return std::pair<v1::Problem, ParamSpace>(*std::move(problem), *std::move(space));
+}
 
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -45,16 +45,13 @@ int main(int argc, char** argv) {
                  "input bytes the sandbox keeps between runs (0: send inputs on every run)");
   CLI11_PARSE(app, argc, argv);
 
-  auto problem = LoadProblem(problem_dir);
-  if (!problem.ok()) {
-    std::cerr << problem.status().message() << "\n";
+  auto example = bench::LoadExample(problem_dir);
+  if (!example.ok()) {
+    std::cerr << example.status().message() << "\n";
     return 2;
   }
-  auto space = ParamSpace::Create(*problem);
-  if (!space.ok()) {
-    std::cerr << space.status().message() << "\n";
-    return 2;
-  }
+  const v1::Problem* problem = &example->first;
+  const ParamSpace* space = &example->second;
   std::vector<ParamAssignment> configs;
   for (int64_t i = 0; i < space->TotalAssignments() && static_cast<int>(configs.size()) < n; ++i) {
     ParamAssignment a = space->Decode(i);

@@ -84,16 +84,13 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout, "wall-clock limit per sandboxed run, seconds");
   CLI11_PARSE(app, argc, argv);
 
-  auto problem = LoadProblem(dir);
-  if (!problem.ok()) {
-    std::cerr << problem.status().message() << "\n";
+  auto example = bench::LoadExample(dir);
+  if (!example.ok()) {
+    std::cerr << example.status().message() << "\n";
     return 2;
   }
-  auto space = ParamSpace::Create(*problem);
-  if (!space.ok()) {
-    std::cerr << space.status().message() << "\n";
-    return 2;
-  }
+  const v1::Problem* problem = &example->first;
+  const ParamSpace* space = &example->second;
   std::vector<ParamAssignment> valid;
   for (int64_t i = 0; i < space->TotalAssignments(); ++i) {
     ParamAssignment a = space->Decode(i);

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "common/store/record.h"
 
 namespace kforge {
@@ -134,6 +135,45 @@ absl::StatusOr<std::vector<v1::Job>> JobsFromRows(const pqxx::result& r) {
 
 // Statements of a batch insert stay well under the server's limits.
 constexpr size_t kBatchRows = 500;
+
+// A batch write of one job's rows, kBatchRows per statement: `values_of(i)` is row i's VALUES
+// entry ("" leaves it out), `statement(values)` a chunk's statement, whose result rows begin with
+// the job's lease token (null: no such job) and the row's ordinal. The fence is checked on the
+// first result row; every row goes to `on_row(ordinal, row)`. NotFound for an unknown job,
+// FailedPrecondition for a stale fence.
+template <typename ValuesFn, typename StatementFn, typename RowFn>
+absl::Status FencedBatch(pqxx::transaction_base& w, const std::string& job_id, int64_t fence, size_t n,
+                         ValuesFn values_of, StatementFn statement, RowFn on_row) {
+  bool checked = false;
+  for (size_t begin = 0; begin < n; begin += kBatchRows) {
+    std::string values;
+    for (size_t i = begin; i < std::min(n, begin + kBatchRows); ++i) {
+      const std::string v = values_of(i);
+      if (!v.empty()) absl::StrAppend(&values, values.empty() ? "" : ",", v);
+    }
+    if (values.empty()) continue;
+    const pqxx::result rows = w.exec(std::string(statement(values)));
+    for (const pqxx::row& row : rows) {
+      if (!checked) {
+        if (row[0].is_null()) return NoJobError(job_id);
+        const int64_t current = row[0].as<int64_t>();
+        if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
+        checked = true;
+      }
+      on_row(row[1].as<size_t>(), row);
+    }
+  }
+  if (!checked && !JobExists(w, job_id)) return NoJobError(job_id);
+  return absl::OkStatus();
+}
+
+// A retry after a commit whose answer was lost finds the rows it stored: whether `query` (job id,
+// row id) reads back exactly `body`.
+bool StoredBody(pqxx::transaction_base& w, const char* query, const std::string& job_id, const std::string& id,
+                const std::string& body) {
+  pqxx::result mine = w.exec_params(query, job_id, id);
+  return !mine.empty() && Bytes(mine[0][0]) == body;
+}
 
 }  // namespace
 
@@ -418,43 +458,32 @@ absl::StatusOr<std::vector<bool>> PostgresStore::InsertCandidates(const std::str
         std::vector<bool> out(candidates.size(), false);
         std::set<std::string> done;  // candidates given true in this batch
         const std::string job = w.quote(job_id);
-        bool checked = false;
-        // One statement per chunk: the fence check (a shared lock on the job's row, so that a
+        // Per chunk one statement: the fence check (a shared lock on the job's row, so that a
         // takeover waits for it), a multi-row insert (the first of two with one id or content hash
         // wins), and per candidate whether it was inserted.
-        for (size_t begin = 0; begin < candidates.size(); begin += kBatchRows) {
-          const size_t end = std::min(candidates.size(), begin + kBatchRows);
-          std::string values;
-          for (size_t i = begin; i < end; ++i) {
-            const auto& c = candidates[i];
-            absl::StrAppend(&values, i == begin ? "" : ",", "(", i, ",", w.quote(c.id()), ",", w.quote(c.content_hash()),
-                            ",", c.sequence(), "::int8,", w.quote_raw(bodies[i]), "::bytea)");
-          }
-          pqxx::result rows = w.exec(absl::StrCat(
-              "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
-              "v(ord, id, hash, seq, body) AS (VALUES ", values, "), ",
-              "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job,
-              ", v.id, v.hash, v.seq, v.body FROM v, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
-              " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING id) ",
-              "SELECT (SELECT lease_token FROM j), v.ord, v.id IN (SELECT id FROM ins) FROM v ORDER BY v.ord"));
-          for (const auto& row : rows) {
-            if (!checked) {
-              if (row[0].is_null()) return NoJobError(job_id);
-              const int64_t current = row[0].as<int64_t>();
-              if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
-              checked = true;
-            }
-            const size_t i = row[1].as<size_t>();
-            out[i] = row[2].as<bool>() && done.insert(candidates[i].id()).second;
-          }
-        }
-        if (!checked && !JobExists(w, job_id)) return NoJobError(job_id);
-        // A retry after a commit whose answer was lost finds its own rows: they were stored by it.
+        KF_RETURN_IF_ERROR(FencedBatch(
+            w, job_id, fence, candidates.size(),
+            [&](size_t i) {
+              const auto& c = candidates[i];
+              return absl::StrCat("(", i, ",", w.quote(c.id()), ",", w.quote(c.content_hash()), ",", c.sequence(),
+                                  "::int8,", w.quote_raw(bodies[i]), "::bytea)");
+            },
+            [&](const std::string& values) {
+              return absl::StrCat(
+                  "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
+                  "v(ord, id, hash, seq, body) AS (VALUES ", values, "), ",
+                  "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job,
+                  ", v.id, v.hash, v.seq, v.body FROM v, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
+                  " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING id) ",
+                  "SELECT (SELECT lease_token FROM j), v.ord, v.id IN (SELECT id FROM ins) FROM v ORDER BY v.ord");
+            },
+            [&](size_t i, const pqxx::row& row) {
+              out[i] = row[2].as<bool>() && done.insert(candidates[i].id()).second;
+            }));
         for (size_t i = 0; attempt > 1 && i < candidates.size(); ++i) {
           if (out[i] || done.contains(candidates[i].id())) continue;
-          pqxx::result mine = w.exec_params("SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id,
-                                            candidates[i].id());
-          if (!mine.empty() && Bytes(mine[0][0]) == bodies[i]) {
+          if (StoredBody(w, "SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id, candidates[i].id(),
+                         bodies[i])) {
             out[i] = true;
             done.insert(candidates[i].id());
           }
@@ -485,51 +514,40 @@ absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std:
         std::vector<PutOutcome> out(results.size(), PutOutcome::kUnknownCandidate);
         std::set<std::string> done;  // candidates given kStored in this batch
         const std::string job = w.quote(job_id);
-        bool checked = false;
-        // One statement per chunk: the fence check (a shared lock on the job's row), a multi-row
+        // Per chunk one statement: the fence check (a shared lock on the job's row), a multi-row
         // insert of the results whose candidate exists (the first of two for one candidate
         // wins), and per result whether its candidate exists and whether it was inserted.
-        for (size_t begin = 0; begin < results.size(); begin += kBatchRows) {
-          const size_t end = std::min(results.size(), begin + kBatchRows);
-          std::string values;
-          for (size_t i = begin; i < end; ++i) {
-            const auto& r = results[i];
-            if (r.job_id() != job_id) continue;
-            absl::StrAppend(&values, values.empty() ? "" : ",", "(", i, ",", w.quote(r.candidate_id()), ",",
-                            static_cast<int>(r.outcome()), ",", absl::StrFormat("%.17g", r.speedup()),
-                            "::float8,", w.quote_raw(bodies[i]), "::bytea)");
-          }
-          if (values.empty()) continue;
-          pqxx::result rows = w.exec(absl::StrCat(
-              "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
-              "v(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ",
-              "ins AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
-              ", v.cid, v.outcome, v.speedup, v.body FROM v JOIN candidates c ON c.job_id = ", job,
-              " AND c.id = v.cid, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
-              " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING candidate_id) ",
-              "SELECT (SELECT lease_token FROM j), v.ord, c.id IS NOT NULL, v.cid IN (SELECT candidate_id FROM ins) "
-              "FROM v LEFT JOIN candidates c ON c.job_id = ", job, " AND c.id = v.cid ORDER BY v.ord"));
-          for (const auto& row : rows) {
-            if (!checked) {
-              if (row[0].is_null()) return NoJobError(job_id);
-              const int64_t current = row[0].as<int64_t>();
-              if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
-              checked = true;
-            }
-            const size_t i = row[1].as<size_t>();
-            if (!row[2].as<bool>()) continue;
-            const std::string& cid = results[i].candidate_id();
-            out[i] = row[3].as<bool>() && done.insert(cid).second ? PutOutcome::kStored : PutOutcome::kDuplicate;
-          }
-        }
-        if (!checked && !JobExists(w, job_id)) return NoJobError(job_id);
-        // A retry after a commit whose answer was lost finds its own rows: they were stored by it.
+        KF_RETURN_IF_ERROR(FencedBatch(
+            w, job_id, fence, results.size(),
+            [&](size_t i) -> std::string {
+              const auto& r = results[i];
+              if (r.job_id() != job_id) return "";
+              return absl::StrCat("(", i, ",", w.quote(r.candidate_id()), ",", static_cast<int>(r.outcome()), ",",
+                                  absl::StrFormat("%.17g", r.speedup()), "::float8,", w.quote_raw(bodies[i]),
+                                  "::bytea)");
+            },
+            [&](const std::string& values) {
+              return absl::StrCat(
+                  "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
+                  "v(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ",
+                  "ins AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
+                  ", v.cid, v.outcome, v.speedup, v.body FROM v JOIN candidates c ON c.job_id = ", job,
+                  " AND c.id = v.cid, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
+                  " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING candidate_id) ",
+                  "SELECT (SELECT lease_token FROM j), v.ord, c.id IS NOT NULL, v.cid IN (SELECT candidate_id FROM "
+                  "ins) FROM v LEFT JOIN candidates c ON c.job_id = ",
+                  job, " AND c.id = v.cid ORDER BY v.ord");
+            },
+            [&](size_t i, const pqxx::row& row) {
+              if (!row[2].as<bool>()) return;
+              out[i] = row[3].as<bool>() && done.insert(results[i].candidate_id()).second ? PutOutcome::kStored
+                                                                                         : PutOutcome::kDuplicate;
+            }));
         for (size_t i = 0; attempt > 1 && i < results.size(); ++i) {
           const std::string& cid = results[i].candidate_id();
           if (out[i] != PutOutcome::kDuplicate || done.contains(cid)) continue;
-          pqxx::result mine =
-              w.exec_params("SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", job_id, cid);
-          if (!mine.empty() && Bytes(mine[0][0]) == bodies[i]) {
+          if (StoredBody(w, "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", job_id, cid,
+                         bodies[i])) {
             out[i] = PutOutcome::kStored;
             done.insert(cid);
           }
