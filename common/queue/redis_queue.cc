@@ -448,8 +448,8 @@ absl::Status RedisWorkQueue::EnqueueBatch(const std::string& stream,
 
 absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
                                          const std::vector<const v1::EvaluationRequest*>& requests) {
-  if (closed_.load()) return absl::CancelledError("queue closed");
   if (requests.empty()) return absl::OkStatus();
+  if (closed_.load()) return absl::CancelledError("queue closed");
   // The problem travels once (a key of its own); each entry names it. The script refuses an
   // entry whose problem is not there (it expired, or Redis lost it): store it again, then retry.
   std::vector<std::string> payloads;
@@ -781,11 +781,22 @@ absl::Status RedisWorkQueue::AckResult(const std::string& job_id, const std::str
 
 absl::Status RedisWorkQueue::AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) {
   if (ack_tokens.empty()) return absl::OkStatus();
-  // One round trip; a group lost with the server's data has nothing to acknowledge.
-  std::vector<std::string> args = {"EVAL", kAckScript, "1", ResultKey(job_id), kCoordinators};
-  args.insert(args.end(), ack_tokens.begin(), ack_tokens.end());
-  auto r = Command(args);
-  return r.ok() ? absl::OkStatus() : r.status();
+  // One round trip; a script call per 1000 tokens (Lua's unpack has a stack limit). A group lost
+  // with the server's data has nothing to acknowledge.
+  constexpr size_t kPerCall = 1000;
+  std::vector<std::vector<std::string>> commands;
+  for (size_t begin = 0; begin < ack_tokens.size(); begin += kPerCall) {
+    std::vector<std::string>& args = commands.emplace_back(
+        std::vector<std::string>{"EVAL", kAckScript, "1", ResultKey(job_id), kCoordinators});
+    args.insert(args.end(), ack_tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                ack_tokens.begin() + static_cast<std::ptrdiff_t>(std::min(ack_tokens.size(), begin + kPerCall)));
+  }
+  absl::StatusOr<std::vector<Reply>> replies = Pipeline(commands);
+  if (!replies.ok()) return replies.status();
+  for (const Reply& r : *replies) {
+    if (absl::Status st = ReplyError(*r, "EVAL"); !st.ok()) return st;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {

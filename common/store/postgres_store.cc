@@ -163,7 +163,7 @@ absl::Status FencedBatch(pqxx::transaction_base& w, const std::string& job_id, i
       on_row(row[1].as<size_t>(), row);
     }
   }
-  if (!checked && !JobExists(w, job_id)) return NoJobError(job_id);
+  if (!checked) return CheckWritable(w, job_id, fence);  // nothing was written: the fence still counts
   return absl::OkStatus();
 }
 
@@ -474,8 +474,10 @@ absl::StatusOr<std::vector<bool>> PostgresStore::InsertCandidates(const std::str
                   "v(ord, id, hash, seq, body) AS (VALUES ", values, "), ",
                   "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job,
                   ", v.id, v.hash, v.seq, v.body FROM v, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
-                  " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING id) ",
-                  "SELECT (SELECT lease_token FROM j), v.ord, v.id IN (SELECT id FROM ins) FROM v ORDER BY v.ord");
+                  " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING id, content_hash) ",
+                  // By id and hash: of two rows with one id, the one inserted may be the second.
+                  "SELECT (SELECT lease_token FROM j), v.ord, (v.id, v.hash) IN (SELECT id, content_hash FROM ins) "
+                  "FROM v ORDER BY v.ord");
             },
             [&](size_t i, const pqxx::row& row) {
               out[i] = row[2].as<bool>() && done.insert(candidates[i].id()).second;

@@ -247,12 +247,11 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
   return absl::OkStatus();
 }
 
-// Every 10 evaluations, at most 4 times a second (a fast job would write its row hundreds of times
+// After 10 evaluations, at most 4 times a second (a fast job would write its row hundreds of times
 // a second) and at least every 100 evaluations.
 bool JobDriver::CheckpointDue() const {
-  if (ingested_count_ % 10 != 0) return false;
-  return ingested_count_ - last_checkpoint_count_ >= 100 ||
-         clock_.MonotonicSeconds() - last_checkpoint_ >= kCheckpointSeconds;
+  const int64_t since = ingested_count_ - last_checkpoint_count_;
+  return since >= 100 || (since >= 10 && clock_.MonotonicSeconds() - last_checkpoint_ >= kCheckpointSeconds);
 }
 
 absl::Status JobDriver::IngestReady(bool notify) {
@@ -415,6 +414,7 @@ absl::Status JobDriver::Propose() {
     KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
                         mutator_.Mutate(req, [&](const std::string& h) { return seen_.contains(h); }));
     KF_RETURN_IF_ERROR(RecordModelCalls(seq, resp));
+    called_model_ = resp.usage_size() > 0;
     if (resp.children().empty()) {
       stop_reason_ = resp.message().empty() ? "the mutator proposed nothing" : resp.message();
       return absl::OkStatus();
@@ -586,6 +586,12 @@ absl::Status JobDriver::ProposeWhileRoom() {
     }
     KF_RETURN_IF_ERROR(st);
     busy_ = true;
+    // A model call takes seconds: what it paid for goes out now, not after the round's other calls
+    // (workers would wait, and a crash before the round ends would lose a paid-for candidate).
+    if (called_model_) {
+      called_model_ = false;
+      KF_RETURN_IF_ERROR(DispatchProposed());
+    }
     if (stop_reason_.empty()) stop_reason_ = BudgetReason();
   }
   return absl::OkStatus();

@@ -186,6 +186,7 @@ class JobDriver {
   int64_t reused_ = 0;           // ingested evaluations that were reused
   size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
   size_t dispatched_ = 0;        // cands_[0, dispatched_) are stored (and dispatched or reused)
+  bool called_model_ = false;    // the last proposal made a model call
   static constexpr double kCheckpointSeconds = 0.25;
   double last_checkpoint_ = -1e9;     // when progress was last written (monotonic seconds)
   int64_t last_checkpoint_count_ = 0;

@@ -103,15 +103,24 @@ class TestQueue final : public ForwardingWorkQueue {
 // ---------------------------------------------------------------------------------------------
 // The harness.
 
-// The parametric mutator, recording what each request asked for.
+// The parametric mutator, recording what each request asked for. With `paid`, every answer says
+// it made a model call, and each call records how many of the job's candidates were stored then.
 class RecordingMutator final : public Mutator {
  public:
   explicit RecordingMutator(ValidityFn validity) : inner_({}, std::move(validity)) {}
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& req, const SeenFn& seen) override {
     requests.emplace_back(req.strategy(), req.count());
-    return inner_.Mutate(req, seen);
+    if (paid != nullptr) {
+      auto stored = paid->ListCandidates(req.job_id());
+      stored_at_call.push_back(stored.ok() ? static_cast<int64_t>(stored->size()) : -1);
+    }
+    auto resp = inner_.Mutate(req, seen);
+    if (resp.ok() && paid != nullptr) resp->add_usage()->set_input_tokens(10);
+    return resp;
   }
   std::vector<std::pair<std::string, int>> requests;  // (strategy, count)
+  Store* paid = nullptr;
+  std::vector<int64_t> stored_at_call;
 
  private:
   llm::ParametricMutator inner_;
@@ -125,6 +134,8 @@ struct RunOptions {
   double fake_seconds_per_eval = 0;  // with a FakeClock: advanced in the progress callback
   QueueMode queue = QueueMode::kPlain;
   std::vector<std::pair<std::string, int>>* requests = nullptr;  // filled with the mutate requests
+  // Every mutation says it made a model call; filled with the stored candidates at each call.
+  std::vector<int64_t>* stored_at_model_call = nullptr;
   coordinator::ScreenOracle oracle;  // JobRunnerOptions::screen_oracle
   // Faults injected between the in-process queue and its users (short real-time leases then).
   std::optional<testing::QueueFaults> faults;
@@ -202,6 +213,7 @@ class JobRunnerTest : public ::testing::Test {
     if (o.faults.has_value()) faulty.emplace(memq, *o.faults);
     TestQueue queue(faulty.has_value() ? static_cast<WorkQueue&>(*faulty) : memq, o.queue);
     RecordingMutator mutator(Validity());
+    if (o.stored_at_model_call != nullptr) mutator.paid = &store;
     coordinator::JobRunnerOptions ro;
     ro.slots = o.slots;
     ro.screen_oracle = o.oracle;
@@ -243,6 +255,7 @@ class JobRunnerTest : public ::testing::Test {
     memq.Close();
     for (auto& t : threads) t.join();
     if (o.requests != nullptr) *o.requests = mutator.requests;
+    if (o.stored_at_model_call != nullptr) *o.stored_at_model_call = mutator.stored_at_call;
     rep.evaluated = queue.completed();
     rep.duplicates = queue.duplicates();
     rep.reordered = queue.reordered();
@@ -823,6 +836,23 @@ INSTANTIATE_TEST_SUITE_P(Stores, JobRunnerResumeTest, ::testing::Values(false, t
 
 // ---------------------------------------------------------------------------------------------
 // Redelivered results.
+
+// Proposals go out in one write per step, except one that a model call paid for: it is stored and
+// dispatched before the next call (a call takes seconds; workers would wait, and a crash would lose
+// what was paid for).
+TEST_F(JobRunnerTest, ACandidateAModelPaidForIsStoredBeforeTheNextCall) {
+  MemoryStore store;
+  const std::string id = Submit(store, Spec(5, 16));
+  std::vector<int64_t> stored;
+  RunReport rep = Run(store, id, {.workers = 1, .slots = 4, .stored_at_model_call = &stored});
+  ASSERT_TRUE(rep.job.ok()) << rep.job.status();
+  EXPECT_EQ(rep.job->progress().evaluations(), 16);
+  ASSERT_EQ(stored.size(), 15u);  // every candidate but the seed came from a call
+  for (size_t i = 0; i < stored.size(); ++i) {
+    EXPECT_EQ(stored[i], static_cast<int64_t>(i) + 1) << "call " << i << ": the seed and every earlier child";
+  }
+  EXPECT_EQ(rep.job->progress().llm_tokens(), 150);
+}
 
 TEST_F(JobRunnerTest, DuplicateResultsAreIngestedOnce) {
   for (int slots : {1, 3}) {

@@ -909,14 +909,17 @@ TEST_P(StoreContractTest, InsertCandidatesReportsAnOutcomePerCandidate) {
       MakeContractCandidate("j1", "c3", "h5", 5),      // c3's id, earlier in this batch
       MakeContractCandidate("j1", "c0", "h6", 6),      // c0's id, stored before
       MakeContractCandidate("j1", "c7", "h7", 7),      // new, after the refusals
+      MakeContractCandidate("j1", "c10", "h0", 10),    // c0's content hash: refused
+      MakeContractCandidate("j1", "c10", "h10", 11),   // the same id, a new hash: stored
   };
   auto out = store().InsertCandidates("j1", batch, kNoFence);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_THAT(*out, ElementsAre(true, false, true, false, false, false, true));
-  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c3", "c7"));
+  EXPECT_THAT(*out, ElementsAre(true, false, true, false, false, false, true, false, true));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c3", "c7", "c10"));
   auto got = store().ListCandidates("j1");
   ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->size(), 4u);
+  ASSERT_EQ(got->size(), 5u);
+  EXPECT_EQ((*got)[4].content_hash(), "h10");
   EXPECT_THAT((*got)[2], EqualsProto(batch[2]));  // the first of the two c3s
   // The refused hashes are still free.
   MustInsert(MakeContractCandidate("j1", "c8", "h5", 8));
@@ -954,6 +957,9 @@ TEST_P(StoreContractTest, InsertCandidatesWithAStaleFenceStoresNoneOfTheBatch) {
                                             MakeContractCandidate("j1", "c1", "h1", 1)};
   auto stale = store().InsertCandidates("j1", batch, old_lease.token);
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  // An empty batch is refused too, as are the evaluations'.
+  EXPECT_EQ(store().InsertCandidates("j1", {}, old_lease.token).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store().PutEvaluations("j1", {}, old_lease.token).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(CandidateIds("j1"), IsEmpty());
   auto fresh = store().InsertCandidates("j1", batch, new_lease.token);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
