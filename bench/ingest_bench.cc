@@ -12,8 +12,9 @@
 //
 // Reported per backend pair (medians over the rounds): results stored per second, the
 // coordinator process's CPU seconds per result (workers included), the servers' (PostgreSQL's and
-// Redis's processes, read from /proc), and the dispatch latency: from a result's arrival at the coordinator (NextResult
-// returns it) to the dispatch of the request that takes its slot (Enqueue), p50 and p99.
+// Redis's processes, read from /proc), and the dispatch latency: from a result's arrival at the
+// coordinator (NextResult returns it) to the dispatch of the request that takes its slot
+// (Enqueue), p50 and p99.
 
 #include <sys/resource.h>
 
@@ -118,8 +119,8 @@ struct RoundResult {
   int64_t results = 0;
   double seconds = 0;
   double cpu_seconds = 0;
-  double server_cpu_seconds = 0;  // PostgreSQL's and Redis's processes
-  double redis_cpu_seconds = 0;   // of which Redis's
+  double postgres_cpu_seconds = 0;  // the servers' processes (0 for the embedded pair)
+  double redis_cpu_seconds = 0;
   std::vector<double> latencies;
 };
 
@@ -137,15 +138,16 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+// The server processes whose CPU a round reads (-1: none, the embedded pair).
+struct Servers {
+  pid_t postgres = -1;
+  pid_t redis = -1;
+};
+
 // One round: `jobs` concurrent jobs on a fresh store and queue, run to their budgets.
 absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue& inner, const v1::Problem& problem,
-                                     const KtCache& cache, const Logger& log, int round,
-                                     const std::vector<pid_t>& servers = {}) {
-  const auto server_cpu = [&servers] {
-    double sum = 0;
-    for (pid_t p : servers) sum += bench::ProcessTreeCpuSeconds(p);
-    return sum;
-  };
+                                     const KtCache& cache, const Logger& log, int round, Servers servers = {}) {
+  const auto cpu_of = [](pid_t p) { return p > 0 ? bench::ProcessTreeCpuSeconds(p) : 0.0; };
   RealClock clock;
   TimingQueue queue(inner);
   // Simulated instant workers: the replay backend's lookup (its cache loaded before the clock
@@ -173,8 +175,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
     ids.push_back(job->id());
   }
   const double cpu0 = CpuSeconds();
-  const double server0 = server_cpu();
-  const double redis0 = servers.size() > 1 ? bench::ProcessTreeCpuSeconds(servers.back()) : 0;
+  const double postgres0 = cpu_of(servers.postgres), redis0 = cpu_of(servers.redis);
   const double t0 = bench::Now();
   std::vector<std::thread> drivers;
   std::vector<absl::StatusOr<v1::Job>> done(cfg.jobs, absl::UnknownError("not run"));
@@ -186,8 +187,8 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
   RoundResult r;
   r.seconds = bench::Now() - t0;
   r.cpu_seconds = CpuSeconds() - cpu0;
-  r.server_cpu_seconds = server_cpu() - server0;
-  if (servers.size() > 1) r.redis_cpu_seconds = bench::ProcessTreeCpuSeconds(servers.back()) - redis0;
+  r.postgres_cpu_seconds = cpu_of(servers.postgres) - postgres0;
+  r.redis_cpu_seconds = cpu_of(servers.redis) - redis0;
   fleet.Stop();
   for (const auto& d : done) {
     if (!d.ok()) return d.status();
@@ -278,7 +279,7 @@ int main(int argc, char** argv) {
         std::cerr << queue.status() << "\n";
         return 1;
       }
-      auto r = RunRound(cfg, **store, **queue, *problem, *cache, log, round, {postgres.pid(), redis.pid()});
+      auto r = RunRound(cfg, **store, **queue, *problem, *cache, log, round, {.postgres = postgres.pid(), .redis = redis.pid()});
       if (!r.ok()) {
         std::cerr << cluster.name << ": " << r.status() << "\n";
         return 1;
@@ -301,7 +302,7 @@ int main(int argc, char** argv) {
     for (const auto& r : p->rounds) {
       rate.push_back(static_cast<double>(r.results) / r.seconds);
       cpu.push_back(1e3 * r.cpu_seconds / static_cast<double>(r.results));
-      servers.push_back(1e3 * r.server_cpu_seconds / static_cast<double>(r.results));
+      servers.push_back(1e3 * (r.postgres_cpu_seconds + r.redis_cpu_seconds) / static_cast<double>(r.results));
       redis.push_back(1e3 * r.redis_cpu_seconds / static_cast<double>(r.results));
       p50.push_back(1e3 * Percentile(r.latencies, 0.50));
       p99.push_back(1e3 * Percentile(r.latencies, 0.99));

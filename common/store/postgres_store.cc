@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -102,6 +103,20 @@ bool JobExists(pqxx::transaction_base& w, const std::string& job_id) {
   return !w.exec_params("SELECT 1 FROM jobs WHERE id = $1", job_id).empty();
 }
 
+// NotFound for a job without a row (no lease token read), FailedPrecondition when `fence` is not
+// its lease token.
+absl::Status CheckFence(const std::string& job_id, int64_t fence, std::optional<int64_t> token) {
+  if (!token.has_value()) return NoJobError(job_id);
+  if (fence != kNoFence && *token != fence) return StaleFenceError(job_id, fence, *token);
+  return absl::OkStatus();
+}
+
+// The lease token in a result's first row and column (none without a row, or when it is null).
+std::optional<int64_t> TokenOf(const pqxx::result& r) {
+  if (r.empty() || r[0][0].is_null()) return std::nullopt;
+  return r[0][0].as<int64_t>();
+}
+
 // NotFound for an unknown job, FailedPrecondition for a stale fence. The row lock makes a takeover
 // wait for the writes already checked: shared, so that many writers of one job's rows proceed
 // together, or exclusive for a transaction that will update the job's row itself (two shared
@@ -110,10 +125,7 @@ absl::Status CheckWritable(pqxx::transaction_base& w, const std::string& job_id,
   pqxx::result r = w.exec_params(updates_job ? "SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE"
                                              : "SELECT lease_token FROM jobs WHERE id = $1 FOR SHARE",
                                  job_id);
-  if (r.empty()) return NoJobError(job_id);
-  const int64_t current = r[0][0].as<int64_t>();
-  if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
-  return absl::OkStatus();
+  return CheckFence(job_id, fence, TokenOf(r));
 }
 
 // A job row (body, version) back to its message: the version lives in its column.
@@ -152,16 +164,12 @@ absl::Status FencedBatch(pqxx::transaction_base& w, const std::string& job_id, i
       if (!v.empty()) absl::StrAppend(&values, values.empty() ? "" : ",", v);
     }
     if (values.empty()) continue;
-    const pqxx::result rows = w.exec(std::string(statement(values)));
-    for (const pqxx::row& row : rows) {
-      if (!checked) {
-        if (row[0].is_null()) return NoJobError(job_id);
-        const int64_t current = row[0].as<int64_t>();
-        if (fence != kNoFence && current != fence) return StaleFenceError(job_id, fence, current);
-        checked = true;
-      }
-      on_row(row[1].as<size_t>(), row);
+    const pqxx::result rows = w.exec(statement(values));
+    if (!checked && !rows.empty()) {
+      KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(rows)));
+      checked = true;
     }
+    for (const pqxx::row& row : rows) on_row(row[1].as<size_t>(), row);
   }
   if (!checked) return CheckWritable(w, job_id, fence);  // nothing was written: the fence still counts
   return absl::OkStatus();
@@ -589,10 +597,7 @@ absl::StatusOr<int64_t> PostgresStore::AppendSequenced(const char* table, const 
   return WithTransaction<int64_t>("append", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<int64_t> {
     // The job's row lock serialises appenders, so each gets the next sequence number.
     pqxx::result j = w.exec_params("SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE", job_id);
-    if (j.empty()) return NoJobError(job_id);
-    if (fence != kNoFence && j[0][0].as<int64_t>() != fence) {
-      return StaleFenceError(job_id, fence, j[0][0].as<int64_t>());
-    }
+    KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(j)));
     if (attempt > 1) {
       // A retry after a lost commit answer finds its record last.
       pqxx::result last = w.exec_params(
