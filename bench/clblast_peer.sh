@@ -6,6 +6,8 @@
 #      around each call and clFinish) and kforge's best kernel (`kforge eval --params BEST`: the
 #      median of its benchmark samples at square-1024, device time);
 #   3. prints GFLOP/s of each per round, the median ratio kforge / CLBlast, and the best's params.
+# With Debian's libopenblas-dev installed, each round also times OpenBLAS's cblas_sgemm on the same
+# cores (bench/openblas_sgemm.c, median of 10 calls, wall clock) and prints kforge / OpenBLAS.
 #
 #   bench/clblast_peer.sh [KFORGE]        (default build/cli/kforge)
 #
@@ -25,6 +27,13 @@ fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cc -O2 -w -o "$WORK/clblast_sgemm" bench/clblast_sgemm.c -lclblast -lOpenCL
+openblas=
+if [ -f /usr/include/x86_64-linux-gnu/cblas-openblas.h ] &&
+  cc -O2 -w -o "$WORK/openblas_sgemm" bench/openblas_sgemm.c -lopenblas 2> /dev/null; then
+  openblas="$WORK/openblas_sgemm"
+else
+  echo "clblast_peer: OpenBLAS not installed (apt-get install libopenblas-dev): its column is skipped"
+fi
 if ! "$WORK/clblast_sgemm" 64 64 64 1 > /dev/null 2>&1; then
   echo "clblast_peer: skipped: CLBlast found no OpenCL device"
   exit 0
@@ -42,6 +51,7 @@ echo "search: $(python3 -c "print(f'{$end - $start:.0f}')") s; best: $params"
 
 flops=$((2 * 1024 * 1024 * 1024))
 ratios=()
+oratios=()
 for r in $(seq 1 "$ROUNDS"); do
   t_clblast=$("$WORK/clblast_sgemm" 1024 1024 1024 10)
   t_kforge=$("$KFORGE" eval "$PROBLEM" --params "$params" --json --cache-dir "$WORK/cache" | python3 -c 'import json, sys
@@ -52,5 +62,14 @@ print(next(t["candidate"]["median_seconds"] for t in d["timings"] if t["size_set
   ratio=$(python3 -c "print(f'{$t_clblast / $t_kforge:.3f}')")
   ratios+=("$ratio")
   python3 -c "print(f'round $r: CLBlast {$t_clblast * 1e3:.1f} ms ({$flops / $t_clblast / 1e9:.1f} GFLOP/s), kforge best {$t_kforge * 1e3:.1f} ms ({$flops / $t_kforge / 1e9:.1f} GFLOP/s): kforge / CLBlast {$ratio}x')"
+  if [ -n "$openblas" ]; then
+    read -r t_openblas threads < <("$openblas" 1024 1024 1024 10)
+    oratio=$(python3 -c "print(f'{$t_openblas / $t_kforge:.3f}')")
+    oratios+=("$oratio")
+    python3 -c "print(f'round $r: OpenBLAS ($threads threads) {$t_openblas * 1e3:.1f} ms ({$flops / $t_openblas / 1e9:.1f} GFLOP/s): kforge / OpenBLAS {$oratio}x')"
+  fi
 done
+if [ -n "$openblas" ]; then
+  python3 -c "import statistics, sys; print(f'median kforge / OpenBLAS over {len(sys.argv) - 1} rounds: {statistics.median(map(float, sys.argv[1:])):.2f}x')" "${oratios[@]}"
+fi
 python3 -c "import statistics, sys; print(f'median kforge / CLBlast over {len(sys.argv) - 1} rounds: {statistics.median(map(float, sys.argv[1:])):.2f}x')" "${ratios[@]}"

@@ -2,11 +2,16 @@
 // the problem's distinct valid configurations evaluated one after another, as `kforge run` would,
 // with the job's default benchmark settings.
 //
-//   kforge-bench-pipeline [--problem DIR] [--candidates N]
+//   kforge-bench-pipeline [--problem DIR] [--candidates N] [--compare sampling|outputs]
+//                         [--first-sandbox PATH]
 //
-// Two arms, interleaved candidate by candidate: "fixed" samples every candidate for
-// min_bench_seconds (the stage before adaptive sampling), "adaptive" stops once the median is
-// known to +-2% and races candidates against the best so far (the defaults). Each arm has its own
+// Two arms, interleaved candidate by candidate. `--compare sampling` (the default): "fixed"
+// samples every candidate for min_bench_seconds (the stage before adaptive sampling), "adaptive"
+// stops once the median is known to +-2% and races candidates against the best so far (the
+// defaults). `--compare outputs`: both adaptive, one with every returned buffer inside the
+// sandbox's response frame, the other with large ones in the sandbox's output arena and poison
+// filled on the device (the default; see services/gpu-worker/shared_output.h). `--first-sandbox`
+// runs the first arm on another build of kforge-sandbox (an older one speaks the same protocol). Each arm has its own
 // runtime kernel cache folder: the "cold" pass starts with it empty and a new evaluator (as a
 // first `kforge run`); the "warm" pass uses new evaluators over the same folders (a second run:
 // our in-memory compile cache is empty, PoCL's disk cache is not).
@@ -43,6 +48,11 @@ int main(int argc, char** argv) {
   worker::EvaluatorOptions base;
   app.add_option("--resident-input-bytes", base.resident_input_bytes,
                  "input bytes the sandbox keeps between runs (0: send inputs on every run)");
+  std::string first_sandbox;
+  app.add_option("--first-sandbox", first_sandbox,
+                 "kforge-sandbox binary of the first arm: another build of it to compare against");
+  std::string compare = "sampling";
+  app.add_option("--compare", compare, "what the two arms differ in")->check(CLI::IsMember({"sampling", "outputs"}));
   CLI11_PARSE(app, argc, argv);
 
   auto example = bench::LoadExample(problem_dir);
@@ -70,24 +80,35 @@ int main(int argc, char** argv) {
     std::string best_id;
   };
   std::vector<Arm> arms(2);
-  arms[0].name = "fixed (min_bench_seconds every candidate)";
   arms[0].opts = base;
-  arms[0].opts.bench_rel_error = 0;
-  arms[0].opts.race_factor = 0;
-  arms[1].name = "adaptive + racing (default)";
   arms[1].opts = base;
+  if (compare == "sampling") {
+    arms[0].name = "fixed (min_bench_seconds every candidate)";
+    arms[0].opts.bench_rel_error = 0;
+    arms[0].opts.race_factor = 0;
+    arms[1].name = "adaptive + racing (default)";
+  } else {
+    arms[0].name = "outputs in the response frame";
+    arms[0].opts.share_outputs_min_bytes = 0;
+    arms[1].name = "outputs in the arena, poison filled on the device (default)";
+  }
+  if (!first_sandbox.empty()) {
+    arms[0].opts.sandbox.binary = first_sandbox;
+    arms[0].name += absl::StrCat(", sandbox ", first_sandbox);
+  }
   for (size_t a = 0; a < arms.size(); ++a) arms[a].opts.sandbox.runtime_cache_dir = absl::StrCat(tmp, "/arm", a);
 
   struct Row {
     std::string pass, arm;
-    double per_second = 0, median_eval = 0, median_compile = 0, median_bench = 0;
+    double per_second = 0, median_eval = 0, median_compile = 0, median_validate = 0, median_bench = 0;
     int ok = 0, raced = 0;
     double best = 0;
     std::string best_id;
   };
   std::vector<Row> rows;
   for (const char* pass : {"cold", "warm"}) {
-    std::vector<std::vector<double>> evals(arms.size()), compiles(arms.size()), benches(arms.size());
+    std::vector<std::vector<double>> evals(arms.size()), compiles(arms.size()), validates(arms.size()),
+        benches(arms.size());
     std::vector<Row> pass_rows(arms.size());
     for (auto& arm : arms) {
       arm.ev = std::make_unique<worker::Evaluator>(arm.opts, clock, MakeLogger("bench", spdlog::level::warn));
@@ -119,6 +140,7 @@ int main(int argc, char** argv) {
         for (const auto& t : r.timings()) pass_rows[a].raced += t.raced() ? 1 : 0;
         for (const auto& st : r.stages()) {
           if (st.stage() == v1::STAGE_COMPILE) compiles[a].push_back(st.duration_seconds());
+          if (st.stage() == v1::STAGE_VALIDATE) validates[a].push_back(st.duration_seconds());
           if (st.stage() == v1::STAGE_BENCHMARK) benches[a].push_back(st.duration_seconds());
         }
       }
@@ -132,6 +154,7 @@ int main(int argc, char** argv) {
       row.per_second = total > 0 ? static_cast<double>(evals[a].size()) / total : 0;
       row.median_eval = bench::Median(evals[a]);
       row.median_compile = bench::Median(compiles[a]);
+      row.median_validate = bench::Median(validates[a]);
       row.median_bench = bench::Median(benches[a]);
       row.best = arms[a].best;
       row.best_id = arms[a].best_id;
@@ -143,15 +166,18 @@ int main(int argc, char** argv) {
 
   std::cout << "problem: " << problem->name() << " (" << problem_dir << "), " << configs.size()
             << " distinct configurations per pass, arms interleaved\n\n";
-  std::cout << "| pass | sampling | candidates/s | median evaluation | median compile | median benchmark | raced "
-               "size sets | best found |\n|---|---|---|---|---|---|---|---|\n";
+  std::cout << "| pass | arm | candidates/s | median evaluation | median compile | median validate | median "
+               "benchmark | raced size sets | best found |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
-    std::cout << absl::StrFormat("| %s | %s | %.2f | %.1f ms | %.1f ms | %.1f ms | %d | %.2fx (%s) |\n", r.pass,
-                                 r.arm, r.per_second, r.median_eval * 1e3, r.median_compile * 1e3,
-                                 r.median_bench * 1e3, r.raced, r.best, r.best_id);
+    std::cout << absl::StrFormat("| %s | %s | %.2f | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %d | %.2fx (%s) |\n",
+                                 r.pass, r.arm, r.per_second, r.median_eval * 1e3, r.median_compile * 1e3,
+                                 r.median_validate * 1e3, r.median_bench * 1e3, r.raced, r.best, r.best_id);
   }
-  std::cout << absl::StrFormat("\nadaptive / fixed candidates/s: cold %.2fx, warm %.2fx; warm / cold (adaptive): %.2fx\n",
+  std::cout << absl::StrFormat("\nsecond arm / first arm, candidates/s: cold %.2fx, warm %.2fx; median validate: cold "
+                               "%.2fx, warm %.2fx; warm / cold (second arm): %.2fx\n",
                                rows[1].per_second / rows[0].per_second, rows[3].per_second / rows[2].per_second,
+                               rows[1].median_validate / rows[0].median_validate,
+                               rows[3].median_validate / rows[2].median_validate,
                                rows[3].per_second / rows[1].per_second);
   return 0;
 }

@@ -58,6 +58,9 @@ struct DriverApi {
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*MemsetD16)(CUdeviceptr, unsigned short, size_t);
+  CUresult (*MemsetD32)(CUdeviceptr, unsigned int, size_t);
+  CUresult (*MemsetD2D32)(CUdeviceptr, size_t, unsigned int, size_t, size_t);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void**, void**);
   CUresult (*EventCreate)(CUevent*, unsigned);
@@ -215,14 +218,41 @@ class CudaBackend final : public DeviceBackend {
     }
     return Check(cu_.CtxSynchronize(), "cuCtxSynchronize");
   }
+  absl::Status Fill(DeviceBuf buf, size_t bytes, std::string_view element) override {
+    const CUdeviceptr p = static_cast<CUdeviceptr>(buf);
+    CUresult r;
+    if (element.empty() || bytes % element.size() != 0) {
+      return DeviceBackend::Fill(buf, bytes, element);  // refuses it
+    } else if (element.size() == 1) {
+      r = cu_.MemsetD8(p, static_cast<unsigned char>(element[0]), bytes);
+    } else if (element.size() == 2) {
+      unsigned short v;
+      std::memcpy(&v, element.data(), 2);
+      r = cu_.MemsetD16(p, v, bytes / 2);
+    } else if (element.size() == 4) {
+      unsigned int v;
+      std::memcpy(&v, element.data(), 4);
+      r = cu_.MemsetD32(p, v, bytes / 4);
+    } else if (element.size() == 8) {
+      // No 64-bit memset: each half as a column of 32-bit values, 8 bytes apart.
+      unsigned int lo, hi;
+      std::memcpy(&lo, element.data(), 4);
+      std::memcpy(&hi, element.data() + 4, 4);
+      r = cu_.MemsetD2D32(p, 8, lo, 1, bytes / 8);
+      if (r == 0) r = cu_.MemsetD2D32(p + 4, 8, hi, 1, bytes / 8);
+    } else {
+      return DeviceBackend::Fill(buf, bytes, element);
+    }
+    if (absl::Status st = Check(r, "cuMemset"); !st.ok()) return st;
+    return Check(cu_.CtxSynchronize(), "cuCtxSynchronize");
+  }
   absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     if (data.empty()) return absl::OkStatus();
     return Check(cu_.MemcpyHtoD(static_cast<CUdeviceptr>(buf), data.data(), data.size()), "cuMemcpyHtoD");
   }
-  absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) override {
-    data->assign(bytes, '\0');
+  absl::Status Download(DeviceBuf buf, size_t bytes, char* dst) override {
     if (bytes == 0) return absl::OkStatus();
-    return Check(cu_.MemcpyDtoH(data->data(), static_cast<CUdeviceptr>(buf), bytes), "cuMemcpyDtoH");
+    return Check(cu_.MemcpyDtoH(dst, static_cast<CUdeviceptr>(buf), bytes), "cuMemcpyDtoH");
   }
 
   absl::StatusOr<double> Launch(int program_id, const std::vector<BoundCall>& calls) override {
@@ -315,6 +345,9 @@ class CudaBackend final : public DeviceBackend {
            DlSymbol(h, "cuMemcpyHtoD_v2", &cu_.MemcpyHtoD) &&
            DlSymbol(h, "cuMemcpyDtoH_v2", &cu_.MemcpyDtoH) &&
            DlSymbol(h, "cuMemsetD8_v2", &cu_.MemsetD8) &&
+           DlSymbol(h, "cuMemsetD16_v2", &cu_.MemsetD16) &&
+           DlSymbol(h, "cuMemsetD32_v2", &cu_.MemsetD32) &&
+           DlSymbol(h, "cuMemsetD2D32_v2", &cu_.MemsetD2D32) &&
            DlSymbol(h, "cuLaunchKernel", &cu_.LaunchKernel) &&
            DlSymbol(h, "cuEventCreate", &cu_.EventCreate) &&
            DlSymbol(h, "cuEventRecord", &cu_.EventRecord) &&

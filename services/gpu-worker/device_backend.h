@@ -41,7 +41,14 @@ class DeviceBackend {
   // finds no answer (a reference's or another candidate's) to copy out.
   [[nodiscard]] virtual absl::Status Clear(DeviceBuf buf, size_t bytes) = 0;
   [[nodiscard]] virtual absl::Status Upload(DeviceBuf buf, std::string_view data) = 0;
-  [[nodiscard]] virtual absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) = 0;
+  // Fills the first `bytes` of a buffer (a multiple of element.size(), which is 1 to 8) with
+  // copies of `element` and waits: poisoned outputs start on the device without tens of MB of
+  // known bytes crossing to it before every run. This default expands them on the host and
+  // uploads.
+  [[nodiscard]] virtual absl::Status Fill(DeviceBuf buf, size_t bytes, std::string_view element);
+  // Copies the first `bytes` of a buffer to `dst` (host memory the caller owns: a string, or a
+  // shared output file's mapping).
+  [[nodiscard]] virtual absl::Status Download(DeviceBuf buf, size_t bytes, char* dst) = 0;
 
   // Runs the calls in order and waits for them. Returns device seconds from the start of the
   // first to the end of the last. InvalidArgument: the launch was refused (launch error);

@@ -39,7 +39,7 @@ void SetPoison(v1::BufferData& d, v1::DType dtype, int64_t elements, int pattern
   p->set_pattern(pattern);
 }
 
-bool IsPoison(const std::string& bytes, v1::DType dtype, int64_t i, int pattern) {
+bool IsPoison(std::string_view bytes, v1::DType dtype, int64_t i, int pattern) {
   const int64_t size = DTypeSize(dtype);
   const std::string poison = PoisonBytes(dtype, 1, pattern);
   return bytes.compare(static_cast<size_t>(i * size), static_cast<size_t>(size), poison) == 0;
@@ -155,6 +155,7 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
     run->set_race_samples(sampling->race_samples);
     run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
   }
+  run->set_share_outputs_min_bytes(ev_.options_.share_outputs_min_bytes);
   double timeout =
       req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
   Sandbox::CallResult r = sb_->Call(req, timeout);
@@ -199,8 +200,8 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index) {
   for (const auto& b : r.response.run().buffers()) {
     for (const auto& pb : p_.buffers()) {
       if (pb.name() == b.name() && pb.role() != v1::BUFFER_ROLE_IN) {
-        data_->bytes += static_cast<int64_t>(b.data().size());
-        outs[b.name()] = b.data();
+        outs[b.name()] = std::string(r.Bytes(b));
+        data_->bytes += static_cast<int64_t>(outs[b.name()].size());
       }
     }
   }
@@ -225,8 +226,9 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
   return data_->ref_timing[set] = Stats(std::move(samples));
 }
 
-bool Evaluator::Run::Check(int set, int index, const v1::RunResponse& run, int pattern,
+bool Evaluator::Run::Check(int set, int index, const Sandbox::CallResult& result, int pattern,
                            const char* check_name) {
+  const v1::RunResponse& run = result.response.run();
   const auto& inputs = Inputs(set, index);
   const auto& want = data_->ref_outputs.at({set, index});
   std::map<std::string, const v1::BufferData*> got;
@@ -248,7 +250,7 @@ bool Evaluator::Run::Check(int set, int index, const v1::RunResponse& run, int p
   for (const auto& b : p_.buffers()) {
     auto it = got.find(b.name());
     if (it == got.end()) return fail(b.name(), "missing", nullptr);
-    const std::string& data = it->second->data();
+    const std::string_view data = result.Bytes(*it->second);
     if (b.role() == v1::BUFFER_ROLE_IN) {
       // The sandbox vouches for an unchanged input. A kernel that could fake that verdict (one
       // in the sandbox's own address space, as on a CPU OpenCL device) gains nothing: the
@@ -419,7 +421,7 @@ bool Evaluator::Run::Prepare() {
           cand_run_seconds_[set] = std::max(cand_run_seconds_[set], t);
           cand_fastest_run_[set] = cand_fastest_run_[set] > 0 ? std::min(cand_fastest_run_[set], t) : t;
         }
-        if (!Check(set, trial, run, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
+        if (!Check(set, trial, r, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
           const auto& e = res_.errors();
           EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_WRONG_ANSWER,
                    absl::StrCat(e.check(), ": buffer ", e.buffer(), " size set ", e.size_set(),
@@ -548,7 +550,7 @@ absl::StatusOr<std::vector<double>> Evaluator::Run::TimeReference(int set, const
                                                                   const Sampling& sampling) {
   std::vector<v1::BufferSet> sets;
   for (int i : indices)
-    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/false));
+    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/true));
   auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), &sampling);
   if (!RunSucceeded(r)) {
     return absl::UnavailableError(
@@ -570,7 +572,7 @@ bool Evaluator::Run::TimeCandidate(int set, const std::vector<int>& indices, con
     return false;
   }
   const auto& run = r.response.run();
-  if (!Check(set, indices[run.last_set()], run, 0, "stale")) {
+  if (!Check(set, indices[run.last_set()], r, 0, "stale")) {
     const auto& e = res_.errors();
     EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
              absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(),

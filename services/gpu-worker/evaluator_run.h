@@ -126,16 +126,17 @@ class Evaluator::Run {
   Sampling CandidateSampling() const;
   // `s` with fewer samples for a kernel whose one run takes `run_seconds` (see max_bench_seconds).
   Sampling Capped(Sampling s, double run_seconds) const;
-  // `resident`: inputs go by key when the sandbox holds them (candidate runs). Reference runs
-  // always carry their bytes: the answers every candidate is judged by come from inputs the
-  // worker sent in that very request.
+  // `resident`: inputs go by key when the sandbox holds them (candidate runs, and the reference's
+  // timed runs). The reference's validation runs always carry their bytes: the answers every
+  // candidate is judged by come from inputs the worker sent in that very request. Its timed runs
+  // answer nothing, and the resident copies are read-only: a kernel writing one faults.
   v1::BufferSet BuildSet(int set, int index, const std::map<std::string, int64_t>& scratch,
                          int pattern, bool inputs_only, bool resident);
   // `sampling` null: a validation run (once, every buffer back).
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
                                std::vector<v1::BufferSet> sets, const Sampling* sampling);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
-  bool Check(int set, int index, const v1::RunResponse& run, int pattern, const char* check_name);
+  bool Check(int set, int index, const Sandbox::CallResult& result, int pattern, const char* check_name);
 
   Evaluator& ev_;
   BackendState& st_;

@@ -246,7 +246,7 @@ inline void CompareElement(double g, double w, int64_t i, double atol, double rt
 
 // The element loop for one storage type: no per-element dispatch on the dtype.
 template <typename T, typename ToDouble>
-void CompareTyped(const std::string& got, const std::string& want, int64_t n, double atol,
+void CompareTyped(std::string_view got, std::string_view want, int64_t n, double atol,
                   double rtol, ToDouble to_double, CompareResult& r) {
   const char* g = got.data();
   const char* w = want.data();
@@ -260,7 +260,7 @@ void CompareTyped(const std::string& got, const std::string& want, int64_t n, do
 
 }  // namespace
 
-CompareResult CompareBytes(const std::string& got, const std::string& want, v1::DType dtype,
+CompareResult CompareBytes(std::string_view got, std::string_view want, v1::DType dtype,
                            double atol, double rtol) {
   CompareResult r;
   const int64_t n = static_cast<int64_t>(want.size()) / DTypeSize(dtype);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "kforge/v1/evaluation.pb.h"
@@ -46,7 +47,7 @@ struct CompareResult {
 
 // |got - want| <= atol + rtol * |want| for every element; NaN or infinity where the reference is
 // finite always fails, a non-finite reference value must be matched exactly.
-CompareResult CompareBytes(const std::string& got, const std::string& want, v1::DType dtype,
+CompareResult CompareBytes(std::string_view got, std::string_view want, v1::DType dtype,
                            double atol, double rtol);
 
 }  // namespace kforge::worker

@@ -210,6 +210,26 @@ class OpenClBackend final : public DeviceBackend {
     return absl::OkStatus();
   }
 
+  absl::Status Fill(DeviceBuf buf, size_t bytes, std::string_view element) override {
+    if (element.empty() || element.size() > 8 || (element.size() & (element.size() - 1)) != 0 ||
+        bytes % element.size() != 0) {
+      return DeviceBackend::Fill(buf, bytes, element);
+    }
+    // As in Clear: the widest pattern for the bulk (the element repeated), the element for the tail.
+    cl_uchar wide[128];
+    for (size_t i = 0; i < sizeof(wide); ++i) wide[i] = static_cast<cl_uchar>(element[i % element.size()]);
+    const size_t bulk = bytes / sizeof(wide) * sizeof(wide);
+    cl_mem m = reinterpret_cast<cl_mem>(buf);
+    cl_int err = CL_SUCCESS;
+    if (bulk > 0) err = clEnqueueFillBuffer(queue_, m, wide, sizeof(wide), 0, bulk, 0, nullptr, nullptr);
+    if (err == CL_SUCCESS && bytes > bulk) {
+      err = clEnqueueFillBuffer(queue_, m, wide, element.size(), bulk, bytes - bulk, 0, nullptr, nullptr);
+    }
+    if (err == CL_SUCCESS) err = clFinish(queue_);
+    if (err != CL_SUCCESS) return absl::InternalError(absl::StrCat("clEnqueueFillBuffer failed: ", err));
+    return absl::OkStatus();
+  }
+
   absl::Status Upload(DeviceBuf buf, std::string_view data) override {
     if (data.empty()) return absl::OkStatus();
     cl_int err = clEnqueueWriteBuffer(queue_, reinterpret_cast<cl_mem>(buf), CL_TRUE, 0, data.size(),
@@ -218,10 +238,9 @@ class OpenClBackend final : public DeviceBackend {
     return absl::OkStatus();
   }
 
-  absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) override {
-    data->assign(bytes, '\0');
+  absl::Status Download(DeviceBuf buf, size_t bytes, char* dst) override {
     if (bytes == 0) return absl::OkStatus();
-    cl_int err = clEnqueueReadBuffer(queue_, reinterpret_cast<cl_mem>(buf), CL_TRUE, 0, bytes, data->data(),
+    cl_int err = clEnqueueReadBuffer(queue_, reinterpret_cast<cl_mem>(buf), CL_TRUE, 0, bytes, dst,
                                      0, nullptr, nullptr);
     if (err != CL_SUCCESS) return absl::InternalError(absl::StrCat("clEnqueueReadBuffer failed: ", err));
     return absl::OkStatus();

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,21 @@ void RemoveStaleWorkDirs(const std::string& tmp) {
     if (!absl::SimpleAtoi(name.substr(kPrefix.size(), dash - kPrefix.size()), &owner) || owner <= 0) continue;
     if (kill(owner, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
   }
+}
+
+// The ranges a run's buffers name in the arena lie inside it.
+absl::Status CheckArenaRanges(const v1::SandboxResponse& response, size_t arena_size) {
+  if (!response.has_run()) return absl::OkStatus();
+  for (const auto& b : response.run().buffers()) {
+    if (b.arena_bytes() == 0) continue;
+    const int64_t off = b.arena_offset(), len = b.arena_bytes();
+    if (off < 0 || len < 0 || static_cast<uint64_t>(len) > arena_size ||
+        static_cast<uint64_t>(off) > arena_size - static_cast<uint64_t>(len)) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' names arena bytes [", off, ", +", len,
+                                                     ") of an arena of ", arena_size));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -197,6 +213,7 @@ absl::Status Sandbox::Spawn() {
   close(sv[1]);
   close(out[1]);
   pid_ = pid;
+  arena_ = ArenaMapping();  // a new child makes its own
   fd_ = sv[0];
   drain_stop_ = false;
   output_budget_ = options_.max_output_bytes;
@@ -340,11 +357,20 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     return out;
   }
   const int64_t deadline = MonotonicMillis() + static_cast<int64_t>(timeout_seconds * 1000);
-  absl::Status st = ReadFrameUntil(fd_, &out.response, deadline);
+  std::vector<OwnedFd> fds;
+  absl::Status st = ReadFrameUntil(fd_, &out.response, deadline, &fds, /*max_fds=*/1);
   if (absl::IsDeadlineExceeded(st)) {
     Reap(/*kill_first=*/true);
     out.status = CallStatus::kTimeout;
     out.message = absl::StrCat("no answer within ", timeout_seconds, " s; sandbox killed");
+    return out;
+  }
+  if (absl::IsDataLoss(st)) {
+    // A live child that answers nonsense (a malformed frame, too many descriptors): killed.
+    Reap(/*kill_first=*/true);
+    out.status = CallStatus::kCrashed;
+    out.message = absl::StrCat("sandbox protocol error: ", st.message());
+    out.response.Clear();
     return out;
   }
   if (!st.ok()) {
@@ -358,7 +384,29 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     }
     return out;
   }
+  absl::Status arena;
+  if (fds.size() == 1) {
+    auto mapped = ArenaMapping::Map(fds[0], static_cast<size_t>(options_.max_output_arena_bytes));
+    if (mapped.ok()) {
+      arena_ = *std::move(mapped);
+    } else {
+      arena = mapped.status();
+    }
+  }
+  if (arena.ok()) arena = CheckArenaRanges(out.response, arena_.bytes().size());
+  if (!arena.ok()) {
+    // Only a broken or subverted sandbox sends its outputs wrongly: it is not trusted again.
+    Reap(/*kill_first=*/true);
+    out.status = CallStatus::kCrashed;
+    out.message = absl::StrCat("sandbox protocol error: ", arena.message());
+    out.response.Clear();
+    return out;
+  }
+  out.arena = arena_.bytes();
   bytes_received_ += static_cast<int64_t>(out.response.ByteSizeLong()) + 4;
+  if (out.response.has_run()) {
+    for (const auto& b : out.response.run().buffers()) bytes_received_ += b.arena_bytes();
+  }
   if (!out.response.error().empty()) {
     out.message = out.response.error();
     return out;

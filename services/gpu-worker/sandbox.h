@@ -10,11 +10,13 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kforge/v1/sandbox.pb.h"
+#include "services/gpu-worker/shared_output.h"
 
 namespace kforge::worker {
 
@@ -40,6 +42,9 @@ struct SandboxOptions {
   // What the child may write to its stderr (drivers' messages, a kernel's printf) per request;
   // the rest is counted and dropped, so a printf flood cannot fill the worker's log.
   int64_t max_output_bytes = 64 << 10;
+  // The largest output arena (shared_output.h) accepted from a child: a bound on the memory a
+  // subverted one can make this process map. Enough for one run of the largest problem allowed.
+  int64_t max_output_arena_bytes = int64_t{10} << 30;
   std::vector<std::string> env_allow = {"PATH", "LD_LIBRARY_PATH", "POCL_*", "OCL_ICD_*",
                                         "OPENCL_VENDOR_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
                                         "CUDA_PATH", "KFORGE_OPENCL_DEVICE", "KFORGE_CUDA_DEVICE"};
@@ -56,6 +61,15 @@ class Sandbox {
     CallStatus status = CallStatus::kInfraError;
     v1::SandboxResponse response;
     std::string message;  // why, when not ok ("killed by signal SIGSEGV", ...)
+    // The sandbox's output arena as this response left it (Call checked every buffer's range).
+    std::string_view arena;
+
+    // A returned buffer's bytes, inline or in the arena. Arena bytes are valid until the next
+    // Call: the sandbox reuses the arena for the next run.
+    std::string_view Bytes(const v1::BufferData& b) const {
+      return b.arena_bytes() > 0 ? arena.substr(static_cast<size_t>(b.arena_offset()), static_cast<size_t>(b.arena_bytes()))
+                                 : std::string_view(b.data());
+    }
   };
 
   Sandbox(SandboxOptions options, v1::Backend backend);
@@ -78,7 +92,8 @@ class Sandbox {
   pid_t pid() const { return pid_; }
   double last_start_seconds() const { return last_start_seconds_; }
   const v1::HelloResponse& hello() const { return hello_; }
-  // Frame bytes written to and read from children, over this object's lifetime.
+  // Bytes written to and read from children (frames, and outputs read from the arena), over this
+  // object's lifetime.
   int64_t bytes_sent() const { return bytes_sent_; }
   int64_t bytes_received() const { return bytes_received_; }
   // What children wrote to their stderr beyond max_output_bytes per request, and was dropped.
@@ -108,6 +123,7 @@ class Sandbox {
   int64_t bytes_sent_ = 0;
   int64_t bytes_received_ = 0;
   v1::HelloResponse hello_;
+  ArenaMapping arena_;  // the child's output arena, read-only
 };
 
 }  // namespace kforge::worker

@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "services/gpu-worker/cuda_backend.h"
 #include "services/gpu-worker/framing.h"
 #include "services/gpu-worker/host_data.h"
@@ -57,38 +57,40 @@ class BoundSet {
   }
   // Re-uploads the buffers a run overwrites in place (inout) so every run sees the same inputs.
   absl::Status Restore() {
-    for (const auto& [name, data] : restore_) {
-      if (absl::Status st = backend_.Upload(bufs_.at(name).first, data); !st.ok()) return st;
+    for (const auto& r : restore_) {
+      if (absl::Status st = Write(bufs_.at(r.name).first, r); !st.ok()) return st;
     }
     return shared_ != nullptr ? shared_->Restore() : absl::OkStatus();
   }
 
   absl::Status Upload(const v1::BufferSet& set) {
     for (const auto& b : set.buffers()) {
-      std::string_view data = b.data();
+      Contents c{.name = b.name(), .data = b.data()};
       if (b.has_poison()) {  // ExecuteRun checked every description's size
-        poisons_.push_back(PoisonBytes(b.poison().dtype(), b.poison().elements(), b.poison().pattern()));
-        data = poisons_.back();
-        // Outputs poisoned again before every benchmark run: a kernel that skips work after
-        // computing once leaves poison, not an earlier answer, whichever sample is the last.
-        if (b.restore_each_run()) restore_.emplace_back(b.name(), data);
+        // Filled on the device from one element: the poison's bytes never cross to it.
+        c.fill = PoisonBytes(b.poison().dtype(), 1, b.poison().pattern());
+        c.bytes = static_cast<size_t>(b.poison().elements()) * c.fill.size();
       } else if (!b.resident_key().empty()) {
         auto r = b.data().empty() ? store_.Get(b.resident_key())
                                   : store_.Put(b.resident_key(), b.data());
         if (!r.ok()) return r.status();  // the worker's bookkeeping, not the kernel: an infra error
-        data = *r;  // the read-only copy: it outlives the request; a kernel writing it faults
+        c.data = *r;  // the read-only copy: it outlives the request; a kernel writing it faults
       }
-      if (!b.has_poison()) {  // poison is never compared
-        if (b.restore_each_run()) restore_.emplace_back(b.name(), data);
-        if (b.check_unchanged()) sent_[b.name()] = data;
+      if (c.fill.empty()) {
+        c.bytes = c.data.size();
+        if (b.check_unchanged()) sent_[b.name()] = c.data;  // poison is never compared
       }
       auto it = bufs_.find(b.name());
       if (it == bufs_.end()) {
-        auto d = backend_.Alloc(data.size());
+        auto d = backend_.Alloc(c.bytes);
         if (!d.ok()) return d.status();
-        it = bufs_.emplace(b.name(), std::make_pair(*d, data.size())).first;
+        it = bufs_.emplace(b.name(), std::make_pair(*d, c.bytes)).first;
       }
-      if (absl::Status st = backend_.Upload(it->second.first, data); !st.ok()) return st;
+      if (absl::Status st = Write(it->second.first, c); !st.ok()) return st;
+      // Inout inputs, and outputs, are written again before every benchmark run: a kernel that
+      // skips work after computing once leaves poison, not an earlier answer, whichever sample is
+      // the last.
+      if (b.restore_each_run()) restore_.push_back(std::move(c));
     }
     return absl::OkStatus();
   }
@@ -112,19 +114,46 @@ class BoundSet {
   }
   // Every buffer the set's kernels saw; inputs that still hold what was sent come back as a
   // verdict only.
-  absl::Status DownloadAll(google::protobuf::RepeatedPtrField<v1::BufferData>* out) {
+  // Buffers of at least `share_min_bytes` (> 0) go into `arena` when one is given.
+  absl::Status DownloadAll(google::protobuf::RepeatedPtrField<v1::BufferData>* out,
+                           int64_t share_min_bytes, OutputArena* arena) {
     std::map<std::string, std::pair<DeviceBuf, size_t>> view;
     if (shared_ != nullptr) view = shared_->bufs_;
     for (const auto& [name, buf] : bufs_) view[name] = buf;
+    auto shared = [&](size_t bytes) {
+      return arena != nullptr && share_min_bytes > 0 && bytes > 0 && bytes >= static_cast<size_t>(share_min_bytes);
+    };
+    size_t total = 0;
+    for (const auto& [name, buf] : view) {
+      if (shared(buf.second)) total += (buf.second + 63) / 64 * 64;
+    }
+    if (total > 0) KF_RETURN_IF_ERROR(arena->Reserve(total));
+    size_t offset = 0;
     for (const auto& [name, buf] : view) {
       auto* b = out->Add();
       b->set_name(name);
-      if (absl::Status st = backend_.Download(buf.first, buf.second, b->mutable_data()); !st.ok()) return st;
+      std::string_view got;
+      if (shared(buf.second)) {
+        char* dst = arena->data() + offset;
+        arena->MarkWritten(offset + buf.second);
+        KF_RETURN_IF_ERROR(backend_.Download(buf.first, buf.second, dst));
+        got = {dst, buf.second};
+      } else {
+        b->mutable_data()->resize(buf.second);
+        KF_RETURN_IF_ERROR(backend_.Download(buf.first, buf.second, b->mutable_data()->data()));
+        got = b->data();
+      }
       const std::string_view* sent = SentInput(name);
-      if (sent != nullptr && *sent == b->data()) {
+      if (sent != nullptr && *sent == got) {
         b->clear_data();
         b->set_unchanged(true);
         (bufs_.contains(name) ? this : shared_)->clean_.insert(name);
+        continue;  // its arena bytes are overwritten by the next buffer, or cleared with the rest
+      }
+      if (shared(buf.second)) {
+        b->set_arena_offset(static_cast<int64_t>(offset));
+        b->set_arena_bytes(static_cast<int64_t>(buf.second));
+        offset += (buf.second + 63) / 64 * 64;
       }
     }
     return absl::OkStatus();
@@ -143,9 +172,19 @@ class BoundSet {
   DeviceBackend& backend_;
   ResidentStore& store_;
   BoundSet* shared_;
-  // Views into the request or the resident store, both of which outlive this set.
-  std::vector<std::pair<std::string, std::string_view>> restore_;
-  std::deque<std::string> poisons_;  // the poisoned buffers' bytes (restore_ may point here)
+  // What a buffer starts as: bytes (a view into the request or the resident store, both of which
+  // outlive this set), or `bytes` of a repeated poison element.
+  struct Contents {
+    std::string name;
+    std::string_view data;
+    std::string fill;
+    size_t bytes = 0;
+  };
+  absl::Status Write(DeviceBuf buf, const Contents& c) {
+    return c.fill.empty() ? backend_.Upload(buf, c.data) : backend_.Fill(buf, c.bytes, c.fill);
+  }
+
+  std::vector<Contents> restore_;
   std::map<std::string, std::string_view> sent_;  // check_unchanged inputs, as sent
   std::map<std::string, std::pair<DeviceBuf, size_t>> bufs_;
   std::set<std::string> clean_;  // inputs found to hold exactly what was sent: nothing to hide
@@ -167,7 +206,7 @@ void Fail(v1::RunResponse& r, const absl::Status& st) {
 }  // namespace
 
 v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
-                           const v1::RunRequest& req) {
+                           const v1::RunRequest& req, OutputArena* arena) {
   v1::RunResponse r;
   for (const auto& key : req.drop_resident()) store.Drop(key);
   if (req.sets().empty()) {
@@ -265,7 +304,10 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
     r.set_last_set(last);
   }
   const int returned = r.last_set();
-  if (absl::Status st = sets[returned]->DownloadAll(r.mutable_buffers()); !st.ok()) {
+  if (absl::Status st = sets[returned]->DownloadAll(r.mutable_buffers(), req.share_outputs_min_bytes(), arena);
+      !st.ok()) {
+    ZeroBufferData(r);  // cleared, not freed: zeroed first
+    r.clear_buffers();
     Fail(r, st);
     return r;
   }
@@ -274,6 +316,7 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
     if (absl::Status st = (*it)->Release(); !st.ok()) {
       // A device that cannot be cleared may still hold this run's answers: crashed, so that the
       // worker replaces this process.
+      ZeroBufferData(r);  // cleared, not freed: zeroed first
       r.clear_buffers();
       Fail(r, absl::AbortedError(absl::StrCat("clearing buffers after the run: ", st.message())));
       return r;
@@ -288,11 +331,15 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
   std::unique_ptr<DeviceBackend> backend;
   bool opened = false;
   ResidentStore resident;
+  OutputArena arena;
   while (true) {
     v1::SandboxRequest req;
     absl::Status st = ReadFrame(in_fd, &req);
     if (absl::IsNotFound(st)) return 0;  // the worker closed the pipe
     if (!st.ok()) return 3;
+    // What the last run left in the arena, the worker has read by now: no kernel of this request
+    // may find it.
+    arena.Clear();
     v1::SandboxResponse resp;
     bool exit_after = false;
     switch (req.kind_case()) {
@@ -323,7 +370,7 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
           resp.set_error("no device opened");
         } else {
           // Swapped in, not copied: every copy of the results is one to zero.
-          v1::RunResponse run = ExecuteRun(*backend, resident, req.run());
+          v1::RunResponse run = ExecuteRun(*backend, resident, req.run(), &arena);
           resp.mutable_run()->Swap(&run);
           // A sticky device error poisons the context: report it, then let the worker respawn us.
           exit_after = resp.run().outcome() == v1::OUTCOME_CRASHED;
@@ -332,7 +379,10 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
       default:
         resp.set_error("unknown request");
     }
-    const bool sent = WriteFrame(out_fd, resp, /*zero_after_write=*/resp.has_run()).ok();
+    std::vector<int> fds;
+    OwnedFd new_arena = arena.TakeNewFile();  // closed once sent: the mapping is all we keep
+    if (new_arena.valid()) fds.push_back(new_arena.get());
+    const bool sent = WriteFrame(out_fd, resp, /*zero_after_write=*/resp.has_run(), fds).ok();
     if (resp.has_run()) ZeroBufferData(*resp.mutable_run());
     if (!sent) return 3;
     if (exit_after) return 4;

@@ -5,9 +5,11 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "services/gpu-worker/device_backend.h"
 #include "services/gpu-worker/resident_inputs.h"
+#include "services/gpu-worker/shared_output.h"
 
 namespace kforge::worker {
 
@@ -24,7 +26,10 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
                  const std::function<void()>& after_open = {});
 
 // Handles one run request (exposed for tests that drive a backend in-process). `store` holds the
-// resident inputs of this sandbox's lifetime.
-v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v1::RunRequest& req);
+// resident inputs of this sandbox's lifetime. With `arena`, buffers of at least
+// req.share_outputs_min_bytes come back there (BufferData.arena_offset); without, every buffer
+// comes back inline.
+v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v1::RunRequest& req,
+                           OutputArena* arena = nullptr);
 
 }  // namespace kforge::worker

@@ -6,6 +6,8 @@
 // kTimeoutSeconds.
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/dtype.h"
@@ -38,9 +40,15 @@ class HostileFixture : public ::testing::Test {
     opts.max_samples = 20;
     opts.min_bench_seconds = 0.005;
     clock_ = new RealClock();
+    // Every returned buffer in a shared file (the way large outputs come back), and, for the
+    // cheats that BothWays() runs twice, every buffer inside the response frame.
+    opts.share_outputs_min_bytes = 1;
     evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
+    opts.share_outputs_min_bytes = 0;
+    inline_evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
   }
   static void TearDownTestSuite() {
+    delete inline_evaluator_;
     delete evaluator_;
     delete clock_;
     delete problem_;
@@ -53,7 +61,13 @@ class HostileFixture : public ::testing::Test {
     }
   }
 
-  static v1::EvaluationResult Eval(const std::string& source, const v1::LaunchPlan* plan = nullptr) {
+  // The evaluators to run a cheat through: outputs in shared files, and in the response frame.
+  static std::vector<std::pair<std::string, Evaluator*>> BothWays() {
+    return {{"outputs in shared files", evaluator_}, {"outputs in the frame", inline_evaluator_}};
+  }
+
+  static v1::EvaluationResult Eval(const std::string& source, const v1::LaunchPlan* plan = nullptr,
+                                   Evaluator* evaluator = nullptr) {
     v1::Candidate c = MakeSeedCandidate(*problem_, {{Spec::kParam, Spec::kParamValue}});
     c.set_id("hostile");
     c.set_source(source);
@@ -61,7 +75,7 @@ class HostileFixture : public ::testing::Test {
     v1::EvaluationRequest req;
     *req.mutable_problem() = *problem_;
     *req.mutable_candidate() = c;
-    return evaluator_->Evaluate(req);
+    return (evaluator != nullptr ? evaluator : evaluator_)->Evaluate(req);
   }
 
   static std::string Json(const v1::EvaluationResult& r) {
@@ -86,6 +100,7 @@ class HostileFixture : public ::testing::Test {
   static inline v1::Problem* problem_ = nullptr;
   static inline Clock* clock_ = nullptr;
   static inline Evaluator* evaluator_ = nullptr;
+  static inline Evaluator* inline_evaluator_ = nullptr;
 };
 
 }  // namespace kforge::worker

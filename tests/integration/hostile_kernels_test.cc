@@ -90,17 +90,23 @@ TEST_F(HostileKernelsTest, HonestSeedPasses) {
 }
 
 TEST_F(HostileKernelsTest, WritesNothing) {
-  v1::EvaluationResult r = Eval(Kernel("  if (i < 0) c[i] = a[i] + b[i];"));
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
-  EXPECT_EQ(r.errors().check(), "unwritten");
-  EXPECT_EQ(r.errors().first_mismatch_index(), 0);
+  for (const auto& [way, ev] : BothWays()) {
+    SCOPED_TRACE(way);
+    v1::EvaluationResult r = Eval(Kernel("  if (i < 0) c[i] = a[i] + b[i];"), nullptr, ev);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+    EXPECT_EQ(r.errors().check(), "unwritten");
+    EXPECT_EQ(r.errors().first_mismatch_index(), 0);
+  }
 }
 
 TEST_F(HostileKernelsTest, WritesOnlyPartOfTheOutput) {
-  v1::EvaluationResult r = Eval(Kernel("  if (i < n / 2) c[i] = a[i] + b[i];"));
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
-  EXPECT_EQ(r.errors().check(), "unwritten");
-  EXPECT_EQ(r.errors().first_mismatch_index(), 4099 / 2);
+  for (const auto& [way, ev] : BothWays()) {
+    SCOPED_TRACE(way);
+    v1::EvaluationResult r = Eval(Kernel("  if (i < n / 2) c[i] = a[i] + b[i];"), nullptr, ev);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+    EXPECT_EQ(r.errors().check(), "unwritten");
+    EXPECT_EQ(r.errors().first_mismatch_index(), 4099 / 2);
+  }
 }
 
 TEST_F(HostileKernelsTest, CorrectOnceThenSkipsWork) {
@@ -124,30 +130,40 @@ launches:
   - {kernel: add, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, c, N, flag]}
   - {kernel: mark, global: [1], local: [1], args: [flag]}
 )");
-  v1::EvaluationResult r = Eval(src, &plan);
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
-  ASSERT_GT(r.stages_size(), 0);
-  EXPECT_EQ(r.stages(r.stages_size() - 1).stage(), v1::STAGE_BENCHMARK) << Json(r);
-  EXPECT_EQ(r.errors().check(), "unwritten");
+  for (const auto& [way, ev] : BothWays()) {
+    SCOPED_TRACE(way);
+    v1::EvaluationResult r = Eval(src, &plan, ev);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+    ASSERT_GT(r.stages_size(), 0);
+    EXPECT_EQ(r.stages(r.stages_size() - 1).stage(), v1::STAGE_BENCHMARK) << Json(r);
+    EXPECT_EQ(r.errors().check(), "unwritten");
+  }
 }
 
 TEST_F(HostileKernelsTest, WritesItsInputs) {
-  v1::EvaluationResult r = Eval(R"(
+  for (const auto& [way, ev] : BothWays()) {
+    SCOPED_TRACE(way);
+    v1::EvaluationResult r = Eval(R"(
 __kernel void add(__global float* a, __global const float* b, __global float* c, int n) {
   int i = get_global_id(0);
   if (i < n) { c[i] = a[i] + b[i]; a[i] = 0.0f; }
 }
-)");
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
-  EXPECT_EQ(r.errors().check(), "input_modified");
-  EXPECT_EQ(r.errors().buffer(), "a");
+)",
+                                  nullptr, ev);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+    EXPECT_EQ(r.errors().check(), "input_modified");
+    EXPECT_EQ(r.errors().buffer(), "a");
+  }
 }
 
 TEST_F(HostileKernelsTest, ReturnsAMemorisedConstant) {
-  v1::EvaluationResult r = Eval(Kernel("  if (i < n) c[i] = 0.25f;"));
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
-  EXPECT_EQ(r.errors().check(), "tolerance");
-  EXPECT_GT(r.errors().mismatches(), 4000);
+  for (const auto& [way, ev] : BothWays()) {
+    SCOPED_TRACE(way);
+    v1::EvaluationResult r = Eval(Kernel("  if (i < n) c[i] = 0.25f;"), nullptr, ev);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+    EXPECT_EQ(r.errors().check(), "tolerance");
+    EXPECT_GT(r.errors().mismatches(), 4000);
+  }
 }
 
 TEST_F(HostileKernelsTest, RacyKernel) {
@@ -211,15 +227,18 @@ __kernel void copy(__global const float* a, __global const float* b, __global fl
   v1::LaunchPlan control = Plan(scratch + R"(
   - {kernel: honest, global: ["ceil_div(N, WG) * WG"], local: [WG], args: [a, b, s, N]})" +
                                 scan);
-  v1::EvaluationResult ok = Eval(source("0", "1"), &control);
-  ASSERT_EQ(ok.outcome(), v1::OUTCOME_OK) << Json(ok);
-
-  // 1 MB before each buffer and 4 MB after it.
   v1::LaunchPlan cheat = Plan(scratch + scan);
-  v1::EvaluationResult r = Eval(source("-(1L << 18)", "(1L << 20)"), &cheat);
-  EXPECT_TRUE(r.outcome() == v1::OUTCOME_WRONG_ANSWER || r.outcome() == v1::OUTCOME_CRASHED)
-      << Json(r);
-  ExpectHealthy();
+  for (const auto& [way, ev] : BothWays()) {
+    SCOPED_TRACE(way);
+    v1::EvaluationResult ok = Eval(source("0", "1"), &control, ev);
+    ASSERT_EQ(ok.outcome(), v1::OUTCOME_OK) << Json(ok);
+
+    // 1 MB before each buffer and 4 MB after it.
+    v1::EvaluationResult r = Eval(source("-(1L << 18)", "(1L << 20)"), &cheat, ev);
+    EXPECT_TRUE(r.outcome() == v1::OUTCOME_WRONG_ANSWER || r.outcome() == v1::OUTCOME_CRASHED)
+        << Json(r);
+    ExpectHealthy();
+  }
 }
 
 TEST_F(HostileKernelsTest, InfiniteLoopTimesOutAndWorkerSurvives) {

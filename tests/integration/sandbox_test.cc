@@ -132,5 +132,46 @@ TEST(SandboxTest, MissingBinaryIsAClearError) {
       << hello.status();
 }
 
+// Results in the output arena are accepted only as the protocol says: one sealed arena, every
+// buffer's range inside it. Anything else is a sandbox not to be trusted again: killed, the call
+// crashed, nothing of its answer kept.
+TEST(SandboxTest, ArenaOutputsAreAcceptedOnlyFromASealedArenaAndInsideIt) {
+  struct Case {
+    const char* mode;
+    const char* why;  // in the message; "" = accepted
+  };
+  for (const Case& c : {Case{"honest", ""}, Case{"unsealed", "not sealed"},
+                        Case{"out-of-range", "names arena bytes [4093, +7) of an arena of 4096"},
+                        Case{"no-arena", "of an arena of 0"}, Case{"two-files", "more than 1 descriptors"}}) {
+    SCOPED_TRACE(c.mode);
+    setenv("KFORGE_FAKE_SANDBOX", c.mode, 1);
+    SandboxOptions opts;
+    opts.binary = testing::BinaryDir() + "/tests/kforge-test-fake-sandbox";
+    opts.restrict_files = false;
+    opts.env_allow.push_back("KFORGE_FAKE_SANDBOX");
+    Sandbox sb(opts, v1::BACKEND_OPENCL);
+    v1::SandboxRequest req;
+    req.mutable_run()->set_share_outputs_min_bytes(1);
+    for (int call = 0; call < 2; ++call) {
+      Sandbox::CallResult r = sb.Call(req, 10);
+      if (std::string(c.why).empty()) {
+        // The second response sends no arena: the first one's is used again.
+        ASSERT_EQ(r.status, Sandbox::CallStatus::kOk) << r.message;
+        ASSERT_EQ(r.response.run().buffers_size(), 1);
+        EXPECT_EQ(r.Bytes(r.response.run().buffers(0)), "answers");
+        EXPECT_TRUE(sb.running());
+      } else {
+        EXPECT_EQ(r.status, Sandbox::CallStatus::kCrashed);
+        EXPECT_NE(r.message.find("protocol error"), std::string::npos) << r.message;
+        EXPECT_NE(r.message.find(c.why), std::string::npos) << r.message;
+        EXPECT_EQ(r.response.run().buffers_size(), 0) << "nothing of the answer is kept";
+        EXPECT_FALSE(sb.running()) << "the sandbox was killed";
+        break;
+      }
+    }
+  }
+  unsetenv("KFORGE_FAKE_SANDBOX");
+}
+
 }  // namespace
 }  // namespace kforge::worker

@@ -3,12 +3,16 @@
 // a verdict when unchanged but in full when a kernel wrote them, and resident inputs are stored,
 // reused by key and dropped.
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "gtest/gtest.h"
+#include "services/gpu-worker/framing.h"
 #include "services/gpu-worker/host_data.h"
 #include "services/gpu-worker/sandbox_server.h"
 
@@ -41,8 +45,8 @@ class HostBackend : public DeviceBackend {
     bufs_.at(buf) = std::string(data);
     return absl::OkStatus();
   }
-  absl::Status Download(DeviceBuf buf, size_t bytes, std::string* data) override {
-    *data = bufs_.at(buf).substr(0, bytes);
+  absl::Status Download(DeviceBuf buf, size_t bytes, char* dst) override {
+    bufs_.at(buf).copy(dst, bytes);
     return absl::OkStatus();
   }
   // What each buffer held when it was freed, in order.
@@ -407,6 +411,139 @@ TEST(ResidentIndexTest, TracksOneSandboxGenerationWithinItsBudget) {
   EXPECT_FALSE(index.Holds(2, "b"));
   EXPECT_TRUE(index.Add(2, "c", 60));
   EXPECT_TRUE(index.TakeDrops().empty());
+}
+
+TEST(SandboxRunTest, LargeBuffersComeBackInTheArenaAndUnchangedInputsTakeNoRoomThere) {
+  HostBackend backend(AddOne(/*written=*/4));
+  ResidentStore store;
+  OutputArena arena;
+  v1::RunRequest req = AddOneRequest(4, 0);
+  req.set_share_outputs_min_bytes(16);  // y (16 bytes) qualifies, and so does x
+  auto r = ExecuteRun(backend, store, req, &arena);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  OwnedFd file = arena.TakeNewFile();
+  ASSERT_TRUE(file.valid()) << "the first arena goes to the worker";
+  auto mapped = ArenaMapping::Map(file, 1 << 20);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const v1::BufferData* y = ReturnedBuffer(r, "y");
+  ASSERT_NE(y, nullptr);
+  EXPECT_TRUE(y->data().empty());
+  EXPECT_EQ(y->arena_bytes(), 16);
+  EXPECT_EQ(mapped->bytes().substr(y->arena_offset(), 16), Floats({1, 1, 1, 1}));
+  EXPECT_TRUE(ReturnedBuffer(r, "x")->unchanged());
+  EXPECT_EQ(ReturnedBuffer(r, "x")->arena_bytes(), 0);
+
+  // Cleared before the next request is served: no later kernel finds this answer.
+  arena.Clear();
+  EXPECT_EQ(mapped->bytes().substr(y->arena_offset(), 16), std::string(16, '\0'));
+
+  // A kernel that writes its input: that comes back in the arena too, for the worker to judge,
+  // in the same arena (it is large enough).
+  HostBackend clobbers([](std::vector<std::string*>& a) { (*a[0])[0] = 'x'; });
+  r = ExecuteRun(clobbers, store, req, &arena);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_FALSE(arena.TakeNewFile().valid());
+  const v1::BufferData* x = ReturnedBuffer(r, "x");
+  EXPECT_FALSE(x->unchanged());
+  ASSERT_EQ(x->arena_bytes(), 16);
+  EXPECT_EQ(mapped->bytes()[x->arena_offset()], 'x');
+  y = ReturnedBuffer(r, "y");
+  EXPECT_NE(x->arena_offset(), y->arena_offset());
+
+  // A run that needs more room gets a new arena.
+  arena.Clear();
+  v1::RunRequest bigger = AddOneRequest(1 << 20, 0);
+  bigger.set_share_outputs_min_bytes(16);
+  HostBackend big_backend(AddOne(1 << 20));
+  r = ExecuteRun(big_backend, store, bigger, &arena);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  OwnedFd second = arena.TakeNewFile();
+  ASSERT_TRUE(second.valid());
+  auto remapped = ArenaMapping::Map(second, 1 << 30);
+  ASSERT_TRUE(remapped.ok()) << remapped.status();
+  EXPECT_GE(remapped->bytes().size(), size_t{4} << 20);
+
+  // Under the threshold, or without an arena, everything stays inline.
+  for (int64_t min_bytes : {int64_t{17}, int64_t{0}}) {
+    req.set_share_outputs_min_bytes(min_bytes);
+    r = ExecuteRun(backend, store, req, &arena);
+    EXPECT_EQ(ReturnedBuffer(r, "y")->arena_bytes(), 0) << min_bytes;
+    EXPECT_EQ(*Returned(r, "y"), Floats({1, 1, 1, 1})) << min_bytes;
+  }
+  req.set_share_outputs_min_bytes(16);
+  r = ExecuteRun(backend, store, req);
+  EXPECT_EQ(*Returned(r, "y"), Floats({1, 1, 1, 1}));
+}
+
+TEST(SandboxRunTest, ARunWhoseBuffersCannotBeClearedNamesNothingInTheArena) {
+  HostBackend backend(AddOne(4));
+  backend.FailClear();
+  ResidentStore store;
+  OutputArena arena;
+  v1::RunRequest req = AddOneRequest(4, 0);
+  req.set_share_outputs_min_bytes(1);
+  auto r = ExecuteRun(backend, store, req, &arena);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_CRASHED);
+  EXPECT_EQ(r.buffers_size(), 0);
+}
+
+// The order that keeps the arena safe, in the real serving loop: what a run left there is zeroed
+// before the next request runs any kernel (which, on a CPU device, could scan the arena).
+TEST(ServeSandboxTest, TheArenaIsClearedBeforeTheNextRequestRunsAKernel) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  OwnedFd worker_end(sv[0]), sandbox_end(sv[1]);
+  std::string_view answer;  // the worker's view of the first run's output in the arena
+  int runs = 0;
+  bool zero_when_second_ran = false;
+  class Available : public HostBackend {
+   public:
+    using HostBackend::HostBackend;
+    v1::HelloResponse Init() override {
+      v1::HelloResponse h;
+      h.set_available(true);
+      return h;
+    }
+  };
+  BackendFactory factory = [&](v1::Backend) -> std::unique_ptr<DeviceBackend> {
+    return std::make_unique<Available>([&](std::vector<std::string*>& a) {
+      if (runs++ == 1) zero_when_second_ran = answer == std::string(answer.size(), '\0');
+      AddOne(4)(a);
+    });
+  };
+  std::thread server([&] { ServeSandbox(sandbox_end.get(), sandbox_end.get(), factory); });
+
+  v1::SandboxRequest hello;
+  hello.mutable_hello()->set_backend(v1::BACKEND_OPENCL);
+  v1::SandboxResponse resp;
+  ASSERT_TRUE(WriteFrame(worker_end.get(), hello).ok());
+  ASSERT_TRUE(ReadFrame(worker_end.get(), &resp).ok());
+  ASSERT_TRUE(resp.hello().available());
+
+  v1::SandboxRequest run;
+  *run.mutable_run() = AddOneRequest(4, 0);
+  run.mutable_run()->set_share_outputs_min_bytes(1);
+  std::vector<OwnedFd> fds;
+  ASSERT_TRUE(WriteFrame(worker_end.get(), run).ok());
+  ASSERT_TRUE(ReadFrameUntil(worker_end.get(), &resp, -1, &fds, 1).ok());
+  ASSERT_EQ(resp.run().outcome(), v1::OUTCOME_OK) << resp.run().message();
+  ASSERT_EQ(fds.size(), 1u);
+  auto arena = ArenaMapping::Map(fds[0], 1 << 20);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  const v1::BufferData* y = ReturnedBuffer(resp.run(), "y");
+  ASSERT_NE(y, nullptr);
+  ASSERT_EQ(y->arena_bytes(), 16);
+  answer = arena->bytes().substr(y->arena_offset(), 16);
+  EXPECT_EQ(answer, Floats({1, 1, 1, 1}));
+
+  ASSERT_TRUE(WriteFrame(worker_end.get(), run).ok());
+  fds.clear();
+  ASSERT_TRUE(ReadFrameUntil(worker_end.get(), &resp, -1, &fds, 1).ok());
+  EXPECT_TRUE(fds.empty()) << "the same arena, reused";
+  worker_end = OwnedFd();  // end of input: the server returns
+  server.join();
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(zero_when_second_ran);
 }
 
 }  // namespace
