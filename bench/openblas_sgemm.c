@@ -9,18 +9,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "peer_timing.h"
+
 int openblas_get_num_threads(void);
-
-static double Now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int Cmp(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -41,7 +32,6 @@ int main(int argc, char** argv) {
                 (blasint)k, b, (blasint)n, 0.0f, c, (blasint)n);
     t[r] = Now() - s;
   }
-  qsort(t + 1, reps, sizeof(double), Cmp);
-  printf("%.6f %d\n", t[1 + reps / 2], openblas_get_num_threads());
+  printf("%.6f %d\n", Median(t + 1, reps), openblas_get_num_threads());
   return 0;
 }
