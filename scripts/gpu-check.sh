@@ -26,6 +26,10 @@ log "hostile catalogue on cuda"
 timeout 120 "$C/build/tests/hostile_kernels_cuda_tests" --gtest_output="xml:$OUT/hostile_cuda.xml" > "$OUT/hostile_cuda.txt" 2>&1
 tail -3 "$OUT/hostile_cuda.txt" | tee -a "$OUT/summary.txt"
 
+log "device fills of poisoned outputs (cuMemsetD8/D16/D32/D2D32)"
+timeout 30 "$C/build/tests/benchmark_stage_tests" --gtest_filter='DeviceFill*' > "$OUT/fill.txt" 2>&1
+tail -3 "$OUT/fill.txt" | tee -a "$OUT/summary.txt"
+
 log "examples: NVRTC compiles (and OpenCL where an ICD exists)"
 timeout 60 "$C/build/tests/examples_tests" > "$OUT/examples.txt" 2>&1; tail -2 "$OUT/examples.txt" | tee -a "$OUT/summary.txt"
 

@@ -11,7 +11,8 @@ C=.devcarry
 rm -rf "$C"
 mkdir -p "$C/lib"
 bins=(cli/kforge services/gpu-worker/kforge-sandbox services/gpu-worker/kforge-gpu-worker
-      bench/kforge-bench-compile tests/hostile_kernels_cuda_tests tests/examples_tests tests/hostile_kernels_tests)
+      bench/kforge-bench-compile tests/hostile_kernels_cuda_tests tests/examples_tests tests/hostile_kernels_tests
+      tests/benchmark_stage_tests)
 for b in "${bins[@]}"; do
   mkdir -p "$C/build/$(dirname "$b")"
   strip --strip-debug -o "$C/build/$b" "$BUILD_DIR/$b"
