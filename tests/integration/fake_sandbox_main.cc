@@ -5,6 +5,7 @@
 //   honest        a sealed arena with the first response, y at offset 0
 //   unsealed      an arena the sandbox could still truncate under the worker
 //   out-of-range  y names bytes past the arena's end
+//   huge-offset   y names bytes at offset INT64_MAX
 //   no-arena      y names arena bytes, but no arena was ever sent
 //   two-files     two files with one response
 
@@ -12,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -58,6 +60,7 @@ int main() {
         }
       }
       if (mode == "out-of-range") y->set_arena_offset(static_cast<int64_t>(arena.capacity()) - 3);
+      if (mode == "huge-offset") y->set_arena_offset(INT64_MAX);
     }
     std::vector<int> fds;
     for (const auto& f : files) fds.push_back(f.get());

@@ -136,12 +136,19 @@ TEST(SandboxTest, MissingBinaryIsAClearError) {
 // buffer's range inside it. Anything else is a sandbox not to be trusted again: killed, the call
 // crashed, nothing of its answer kept.
 TEST(SandboxTest, ArenaOutputsAreAcceptedOnlyFromASealedArenaAndInsideIt) {
+  auto open_fds = [] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  const int fds_before = open_fds();
   struct Case {
     const char* mode;
     const char* why;  // in the message; "" = accepted
   };
   for (const Case& c : {Case{"honest", ""}, Case{"unsealed", "not sealed"},
                         Case{"out-of-range", "names arena bytes [4093, +7) of an arena of 4096"},
+                        Case{"huge-offset", "names arena bytes [9223372036854775807, +7)"},
                         Case{"no-arena", "of an arena of 0"}, Case{"two-files", "more than 1 descriptors"}}) {
     SCOPED_TRACE(c.mode);
     setenv("KFORGE_FAKE_SANDBOX", c.mode, 1);
@@ -171,6 +178,7 @@ TEST(SandboxTest, ArenaOutputsAreAcceptedOnlyFromASealedArenaAndInsideIt) {
     }
   }
   unsetenv("KFORGE_FAKE_SANDBOX");
+  EXPECT_EQ(open_fds(), fds_before) << "every file a sandbox sent is closed again";
 }
 
 }  // namespace
