@@ -11,10 +11,10 @@
 // defaults). `--compare outputs`: both adaptive, one with every returned buffer inside the
 // sandbox's response frame, the other with large ones in the sandbox's output arena and poison
 // filled on the device (the default; see services/gpu-worker/shared_output.h). `--first-sandbox`
-// runs the first arm on another build of kforge-sandbox (an older one speaks the same protocol). Each arm has its own
-// runtime kernel cache folder: the "cold" pass starts with it empty and a new evaluator (as a
-// first `kforge run`); the "warm" pass uses new evaluators over the same folders (a second run:
-// our in-memory compile cache is empty, PoCL's disk cache is not).
+// runs the first arm on another build of kforge-sandbox (an older one speaks the same protocol).
+// Each arm has its own runtime kernel cache folder: the "cold" pass starts with it empty and a new
+// evaluator (as a first `kforge run`); the "warm" pass uses new evaluators over the same folders (a
+// second run: our in-memory compile cache is empty, PoCL's disk cache is not).
 
 #include <cstdlib>
 #include <filesystem>
@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--first-sandbox", first_sandbox,
                  "kforge-sandbox binary of the first arm: another build of it to compare against");
   std::string compare = "sampling";
-  app.add_option("--compare", compare, "what the two arms differ in")->check(CLI::IsMember({"sampling", "outputs"}));
+  app.add_option("--compare", compare, "what the two arms differ in")
+      ->check(CLI::IsMember({"sampling", "outputs"}));
   CLI11_PARSE(app, argc, argv);
 
   auto example = bench::LoadExample(problem_dir);
@@ -100,15 +101,16 @@ int main(int argc, char** argv) {
 
   struct Row {
     std::string pass, arm;
-    double per_second = 0, median_eval = 0, median_compile = 0, median_validate = 0, median_bench = 0;
+    double per_second = 0, median_eval = 0, median_compile = 0, median_validate = 0,
+           median_bench = 0;
     int ok = 0, raced = 0;
     double best = 0;
     std::string best_id;
   };
   std::vector<Row> rows;
   for (const char* pass : {"cold", "warm"}) {
-    std::vector<std::vector<double>> evals(arms.size()), compiles(arms.size()), validates(arms.size()),
-        benches(arms.size());
+    std::vector<std::vector<double>> evals(arms.size()), compiles(arms.size()),
+        validates(arms.size()), benches(arms.size());
     std::vector<Row> pass_rows(arms.size());
     for (auto& arm : arms) {
       arm.ev = std::make_unique<worker::Evaluator>(arm.opts, clock, MakeLogger("bench", spdlog::level::warn));
@@ -166,18 +168,20 @@ int main(int argc, char** argv) {
 
   std::cout << "problem: " << problem->name() << " (" << problem_dir << "), " << configs.size()
             << " distinct configurations per pass, arms interleaved\n\n";
-  std::cout << "| pass | arm | candidates/s | median evaluation | median compile | median validate | median "
-               "benchmark | raced size sets | best found |\n|---|---|---|---|---|---|---|---|---|\n";
+  std::cout
+      << "| pass | arm | candidates/s | median evaluation | median compile | median validate | "
+         "median benchmark | raced size sets | best found |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
-    std::cout << absl::StrFormat("| %s | %s | %.2f | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %d | %.2fx (%s) |\n",
-                                 r.pass, r.arm, r.per_second, r.median_eval * 1e3, r.median_compile * 1e3,
-                                 r.median_validate * 1e3, r.median_bench * 1e3, r.raced, r.best, r.best_id);
+    std::cout << absl::StrFormat(
+        "| %s | %s | %.2f | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %d | %.2fx (%s) |\n", r.pass,
+        r.arm, r.per_second, r.median_eval * 1e3, r.median_compile * 1e3, r.median_validate * 1e3,
+        r.median_bench * 1e3, r.raced, r.best, r.best_id);
   }
-  std::cout << absl::StrFormat("\nsecond arm / first arm, candidates/s: cold %.2fx, warm %.2fx; median validate: cold "
-                               "%.2fx, warm %.2fx; warm / cold (second arm): %.2fx\n",
-                               rows[1].per_second / rows[0].per_second, rows[3].per_second / rows[2].per_second,
-                               rows[1].median_validate / rows[0].median_validate,
-                               rows[3].median_validate / rows[2].median_validate,
-                               rows[3].per_second / rows[1].per_second);
+  std::cout << absl::StrFormat(
+      "\nsecond arm / first arm, candidates/s: cold %.2fx, warm %.2fx; median validate: cold "
+      "%.2fx, warm %.2fx; warm / cold (second arm): %.2fx\n",
+      rows[1].per_second / rows[0].per_second, rows[3].per_second / rows[2].per_second,
+      rows[1].median_validate / rows[0].median_validate,
+      rows[3].median_validate / rows[2].median_validate, rows[3].per_second / rows[1].per_second);
   return 0;
 }

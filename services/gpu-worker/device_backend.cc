@@ -18,11 +18,13 @@ std::string CompileCacheKey(const v1::CompileRequest& req, const std::string& co
 
 absl::Status DeviceBackend::Fill(DeviceBuf buf, size_t bytes, std::string_view element) {
   if (element.empty() || bytes % element.size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("fill of ", bytes, " bytes with a ", element.size(), "-byte element"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fill of ", bytes, " bytes with a ", element.size(), "-byte element"));
   }
   std::string host(element);
   host.reserve(bytes);
-  while (host.size() < bytes) host.append(host, 0, std::min(host.size(), bytes - host.size()));  // doubling
+  while (host.size() < bytes)
+    host.append(host, 0, std::min(host.size(), bytes - host.size()));  // doubling
   return Upload(buf, host);
 }
 

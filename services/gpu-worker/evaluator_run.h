@@ -136,7 +136,8 @@ class Evaluator::Run {
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
                                std::vector<v1::BufferSet> sets, const Sampling* sampling);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
-  bool Check(int set, int index, const Sandbox::CallResult& result, int pattern, const char* check_name);
+  bool Check(int set, int index, const Sandbox::CallResult& result, int pattern,
+             const char* check_name);
 
   Evaluator& ev_;
   BackendState& st_;

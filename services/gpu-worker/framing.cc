@@ -43,7 +43,8 @@ absl::Status WriteAll(int fd, const char* p, size_t n) {
 // collects them, and the stream cannot merge them into another frame's bytes.
 absl::Status WriteHeader(int fd, const unsigned char* header, size_t n, absl::Span<const int> fds) {
   if (fds.empty()) return WriteAll(fd, reinterpret_cast<const char*>(header), n);
-  if (fds.size() > static_cast<size_t>(kMaxFrameFds)) return absl::InvalidArgumentError("too many descriptors for one frame");
+  if (fds.size() > static_cast<size_t>(kMaxFrameFds))
+    return absl::InvalidArgumentError("too many descriptors for one frame");
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFrameFds)] = {};
   iovec iov{const_cast<unsigned char*>(header), n};
   msghdr m{};
@@ -118,7 +119,8 @@ absl::Status ReadHeader(int fd, unsigned char* header, size_t n, int64_t deadlin
     n -= static_cast<size_t>(got);
   }
   if (truncated || fds->size() > static_cast<size_t>(max_fds)) {
-    return absl::DataLossError(absl::StrCat("a frame came with more than ", max_fds, " descriptors"));
+    return absl::DataLossError(
+        absl::StrCat("a frame came with more than ", max_fds, " descriptors"));
   }
   return absl::OkStatus();
 }
@@ -135,7 +137,8 @@ absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg, bool z
   if (body.size() > kMaxFrameBytes) return absl::ResourceExhaustedError("frame too large");
   const uint32_t n = static_cast<uint32_t>(body.size());
   unsigned char header[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
-                             static_cast<unsigned char>(n >> 16), static_cast<unsigned char>(n >> 24)};
+                             static_cast<unsigned char>(n >> 16),
+                             static_cast<unsigned char>(n >> 24)};
   // Two writes rather than one concatenated copy: frames carry buffers of tens of MB.
   absl::Status st = WriteHeader(fd, header, sizeof(header), fds);
   if (st.ok()) st = WriteAll(fd, body.data(), body.size());
@@ -163,15 +166,19 @@ absl::Status ReadFrameUntil(int fd, google::protobuf::MessageLite* msg, int64_t 
   unsigned char header[4];
   absl::Status st = ReadHeader(fd, header, 4, deadline_ms, fds, max_fds);
   if (!st.ok()) return st;
-  const uint32_t n = header[0] | (header[1] << 8) | (header[2] << 16) | (static_cast<uint32_t>(header[3]) << 24);
+  const uint32_t n =
+      header[0] | (header[1] << 8) | (header[2] << 16) | (static_cast<uint32_t>(header[3]) << 24);
   if (n > kMaxFrameBytes) return absl::DataLossError("frame length out of range");
   std::string body(n, '\0');
   st = ReadFull(fd, body.data(), n, deadline_ms);
-  if (!st.ok()) return st.code() == absl::StatusCode::kNotFound ? absl::DataLossError("truncated frame") : st;
+  if (!st.ok())
+    return st.code() == absl::StatusCode::kNotFound ? absl::DataLossError("truncated frame") : st;
   if (!msg->ParseFromString(body)) return absl::DataLossError("malformed frame");
   return absl::OkStatus();
 }
 
-absl::Status ReadFrame(int fd, google::protobuf::MessageLite* msg) { return ReadFrameUntil(fd, msg, -1); }
+absl::Status ReadFrame(int fd, google::protobuf::MessageLite* msg) {
+  return ReadFrameUntil(fd, msg, -1);
+}
 
 }  // namespace kforge::worker

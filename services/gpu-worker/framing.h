@@ -19,7 +19,8 @@ inline constexpr int kMaxFrameFds = 64;
 // `zero_after_write`: the serialised copy is zeroed before it is freed (frames carrying results).
 // `fds` travel with the frame's length prefix (SCM_RIGHTS; `fd` must be a Unix socket then).
 [[nodiscard]] absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg,
-                                      bool zero_after_write = false, absl::Span<const int> fds = {});
+                                      bool zero_after_write = false,
+                                      absl::Span<const int> fds = {});
 // Blocks until a whole frame arrives. NotFound on a clean end of stream.
 [[nodiscard]] absl::Status ReadFrame(int fd, google::protobuf::MessageLite* msg);
 
@@ -28,8 +29,9 @@ inline constexpr int kMaxFrameFds = 64;
 [[nodiscard]] absl::Status ReadFull(int fd, void* buf, size_t n, int64_t deadline_ms);
 // `fds`, when given, receives the descriptors that came with the frame, at most `max_fds` (more
 // refuse the frame: DataLoss); without it any that came are closed.
-[[nodiscard]] absl::Status ReadFrameUntil(int fd, google::protobuf::MessageLite* msg, int64_t deadline_ms,
-                                          std::vector<OwnedFd>* fds = nullptr, int max_fds = kMaxFrameFds);
+[[nodiscard]] absl::Status ReadFrameUntil(int fd, google::protobuf::MessageLite* msg,
+                                          int64_t deadline_ms, std::vector<OwnedFd>* fds = nullptr,
+                                          int max_fds = kMaxFrameFds);
 
 int64_t MonotonicMillis();
 

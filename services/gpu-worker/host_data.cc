@@ -246,8 +246,8 @@ inline void CompareElement(double g, double w, int64_t i, double atol, double rt
 
 // The element loop for one storage type: no per-element dispatch on the dtype.
 template <typename T, typename ToDouble>
-void CompareTyped(std::string_view got, std::string_view want, int64_t n, double atol,
-                  double rtol, ToDouble to_double, CompareResult& r) {
+void CompareTyped(std::string_view got, std::string_view want, int64_t n, double atol, double rtol,
+                  ToDouble to_double, CompareResult& r) {
   const char* g = got.data();
   const char* w = want.data();
   for (int64_t i = 0; i < n; ++i) {

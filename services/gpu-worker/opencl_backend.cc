@@ -215,18 +215,23 @@ class OpenClBackend final : public DeviceBackend {
         bytes % element.size() != 0) {
       return DeviceBackend::Fill(buf, bytes, element);
     }
-    // As in Clear: the widest pattern for the bulk (the element repeated), the element for the tail.
+    // As in Clear: the widest pattern for the bulk (the element repeated), the element for the
+    // tail.
     cl_uchar wide[128];
-    for (size_t i = 0; i < sizeof(wide); ++i) wide[i] = static_cast<cl_uchar>(element[i % element.size()]);
+    for (size_t i = 0; i < sizeof(wide); ++i)
+      wide[i] = static_cast<cl_uchar>(element[i % element.size()]);
     const size_t bulk = bytes / sizeof(wide) * sizeof(wide);
     cl_mem m = reinterpret_cast<cl_mem>(buf);
     cl_int err = CL_SUCCESS;
-    if (bulk > 0) err = clEnqueueFillBuffer(queue_, m, wide, sizeof(wide), 0, bulk, 0, nullptr, nullptr);
+    if (bulk > 0)
+      err = clEnqueueFillBuffer(queue_, m, wide, sizeof(wide), 0, bulk, 0, nullptr, nullptr);
     if (err == CL_SUCCESS && bytes > bulk) {
-      err = clEnqueueFillBuffer(queue_, m, wide, element.size(), bulk, bytes - bulk, 0, nullptr, nullptr);
+      err = clEnqueueFillBuffer(queue_, m, wide, element.size(), bulk, bytes - bulk, 0, nullptr,
+                                nullptr);
     }
     if (err == CL_SUCCESS) err = clFinish(queue_);
-    if (err != CL_SUCCESS) return absl::InternalError(absl::StrCat("clEnqueueFillBuffer failed: ", err));
+    if (err != CL_SUCCESS)
+      return absl::InternalError(absl::StrCat("clEnqueueFillBuffer failed: ", err));
     return absl::OkStatus();
   }
 

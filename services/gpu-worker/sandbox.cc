@@ -86,8 +86,9 @@ absl::Status CheckArenaRanges(const v1::SandboxResponse& response, size_t arena_
     const int64_t off = b.arena_offset(), len = b.arena_bytes();
     if (off < 0 || len < 0 || static_cast<uint64_t>(len) > arena_size ||
         static_cast<uint64_t>(off) > arena_size - static_cast<uint64_t>(len)) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' names arena bytes [", off, ", +", len,
-                                                     ") of an arena of ", arena_size));
+      return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' names arena bytes [",
+                                                     off, ", +", len, ") of an arena of ",
+                                                     arena_size));
     }
   }
   return absl::OkStatus();

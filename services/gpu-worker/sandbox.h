@@ -67,7 +67,8 @@ class Sandbox {
     // A returned buffer's bytes, inline or in the arena. Arena bytes are valid until the next
     // Call: the sandbox reuses the arena for the next run.
     std::string_view Bytes(const v1::BufferData& b) const {
-      return b.arena_bytes() > 0 ? arena.substr(static_cast<size_t>(b.arena_offset()), static_cast<size_t>(b.arena_bytes()))
+      return b.arena_bytes() > 0 ? arena.substr(static_cast<size_t>(b.arena_offset()),
+                                                static_cast<size_t>(b.arena_bytes()))
                                  : std::string_view(b.data());
     }
   };

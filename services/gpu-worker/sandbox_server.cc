@@ -121,7 +121,8 @@ class BoundSet {
     if (shared_ != nullptr) view = shared_->bufs_;
     for (const auto& [name, buf] : bufs_) view[name] = buf;
     auto shared = [&](size_t bytes) {
-      return arena != nullptr && share_min_bytes > 0 && bytes > 0 && bytes >= static_cast<size_t>(share_min_bytes);
+      return arena != nullptr && share_min_bytes > 0 && bytes > 0 &&
+             bytes >= static_cast<size_t>(share_min_bytes);
     };
     size_t total = 0;
     for (const auto& [name, buf] : view) {
@@ -205,8 +206,8 @@ void Fail(v1::RunResponse& r, const absl::Status& st) {
 
 }  // namespace
 
-v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
-                           const v1::RunRequest& req, OutputArena* arena) {
+v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v1::RunRequest& req,
+                           OutputArena* arena) {
   v1::RunResponse r;
   for (const auto& key : req.drop_resident()) store.Drop(key);
   if (req.sets().empty()) {
@@ -304,7 +305,8 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store,
     r.set_last_set(last);
   }
   const int returned = r.last_set();
-  if (absl::Status st = sets[returned]->DownloadAll(r.mutable_buffers(), req.share_outputs_min_bytes(), arena);
+  if (absl::Status st =
+          sets[returned]->DownloadAll(r.mutable_buffers(), req.share_outputs_min_bytes(), arena);
       !st.ok()) {
     ZeroBufferData(r);  // cleared, not freed: zeroed first
     r.clear_buffers();

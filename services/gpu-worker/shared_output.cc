@@ -1,9 +1,9 @@
 #include "services/gpu-worker/shared_output.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -55,7 +55,8 @@ absl::Status OutputArena::Reserve(size_t bytes) {
   OwnedFd fd(memfd_create("kforge-outputs", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return Errno("memfd_create");
   if (ftruncate(fd.get(), static_cast<off_t>(want)) != 0) return Errno("ftruncate");
-  if (fcntl(fd.get(), F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) return Errno("sealing the output arena");
+  if (fcntl(fd.get(), F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0)
+    return Errno("sealing the output arena");
   // Populated up front: one call instead of a fault per page.
   void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (p == MAP_FAILED) return Errno("mmap of the output arena");
@@ -77,7 +78,8 @@ OwnedFd OutputArena::TakeNewFile() { return std::move(new_fd_); }
 absl::StatusOr<ArenaMapping> ArenaMapping::Map(const OwnedFd& fd, size_t max_bytes) {
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return Errno("fstat of the output arena");
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("the output arena is not a memory file");
+  if (!S_ISREG(st.st_mode))
+    return absl::InvalidArgumentError("the output arena is not a memory file");
   // A memfd on shmem: not one backed by huge pages, whose pool can run dry under a reader (SIGBUS).
   struct statfs fs {};
   if (fstatfs(fd.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
@@ -85,7 +87,8 @@ absl::StatusOr<ArenaMapping> ArenaMapping::Map(const OwnedFd& fd, size_t max_byt
   }
   const int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
-    return absl::InvalidArgumentError("the output arena is not sealed against shrinking and growing");
+    return absl::InvalidArgumentError(
+        "the output arena is not sealed against shrinking and growing");
   }
   if (st.st_size <= 0 || static_cast<uint64_t>(st.st_size) > max_bytes) {
     return absl::InvalidArgumentError(

@@ -12,10 +12,12 @@ namespace kforge::worker {
 namespace {
 
 void ExpectFillsMatchThePoisonBytes(DeviceBackend& backend) {
-  for (v1::DType dtype : {v1::DTYPE_U8, v1::DTYPE_F16, v1::DTYPE_F32, v1::DTYPE_F64, v1::DTYPE_I64}) {
+  for (v1::DType dtype :
+       {v1::DTYPE_U8, v1::DTYPE_F16, v1::DTYPE_F32, v1::DTYPE_F64, v1::DTYPE_I64}) {
     for (int pattern : {0, 1}) {
       for (int64_t n : {1, 33, 4099}) {
-        SCOPED_TRACE(testing::Message() << v1::DType_Name(dtype) << " pattern " << pattern << " n " << n);
+        SCOPED_TRACE(testing::Message()
+                     << v1::DType_Name(dtype) << " pattern " << pattern << " n " << n);
         const std::string want = PoisonBytes(dtype, n, pattern);
         auto buf = backend.Alloc(want.size());
         ASSERT_TRUE(buf.ok()) << buf.status();

@@ -45,7 +45,8 @@ class HostileFixture : public ::testing::Test {
     opts.share_outputs_min_bytes = 1;
     evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
     opts.share_outputs_min_bytes = 0;
-    inline_evaluator_ = new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
+    inline_evaluator_ =
+        new Evaluator(opts, *clock_, MakeLogger("hostile-test", spdlog::level::warn));
   }
   static void TearDownTestSuite() {
     delete inline_evaluator_;

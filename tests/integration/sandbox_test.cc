@@ -146,10 +146,11 @@ TEST(SandboxTest, ArenaOutputsAreAcceptedOnlyFromASealedArenaAndInsideIt) {
     const char* mode;
     const char* why;  // in the message; "" = accepted
   };
-  for (const Case& c : {Case{"honest", ""}, Case{"unsealed", "not sealed"},
-                        Case{"out-of-range", "names arena bytes [4093, +7) of an arena of 4096"},
-                        Case{"huge-offset", "names arena bytes [9223372036854775807, +7)"},
-                        Case{"no-arena", "of an arena of 0"}, Case{"two-files", "more than 1 descriptors"}}) {
+  for (const Case& c :
+       {Case{"honest", ""}, Case{"unsealed", "not sealed"},
+        Case{"out-of-range", "names arena bytes [4093, +7) of an arena of 4096"},
+        Case{"huge-offset", "names arena bytes [9223372036854775807, +7)"},
+        Case{"no-arena", "of an arena of 0"}, Case{"two-files", "more than 1 descriptors"}}) {
     SCOPED_TRACE(c.mode);
     setenv("KFORGE_FAKE_SANDBOX", c.mode, 1);
     SandboxOptions opts;

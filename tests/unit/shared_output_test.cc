@@ -2,6 +2,8 @@
 // descriptor: the worker maps only a file nobody can shrink or grow, the sandbox clears what a run
 // left, and a frame's descriptors arrive with it, never with another.
 
+#include "services/gpu-worker/shared_output.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -13,7 +15,6 @@
 #include "gtest/gtest.h"
 #include "kforge/v1/sandbox.pb.h"
 #include "services/gpu-worker/framing.h"
-#include "services/gpu-worker/shared_output.h"
 
 namespace kforge::worker {
 namespace {
@@ -77,7 +78,8 @@ TEST(OutputArenaTest, FilesASandboxCouldStillResizeAreRefused) {
   OwnedFd read_end(p[0]), write_end(p[1]);
   auto piped = ArenaMapping::Map(read_end, 1 << 20);
   ASSERT_FALSE(piped.ok());
-  EXPECT_NE(piped.status().message().find("not a memory file"), std::string::npos) << piped.status();
+  EXPECT_NE(piped.status().message().find("not a memory file"), std::string::npos)
+      << piped.status();
 
   // Larger than the caller allows.
   OutputArena arena;
