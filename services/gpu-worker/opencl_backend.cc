@@ -193,21 +193,7 @@ class OpenClBackend final : public DeviceBackend {
   void Free(DeviceBuf buf) override { clReleaseMemObject(reinterpret_cast<cl_mem>(buf)); }
 
   absl::Status Clear(DeviceBuf buf, size_t bytes) override {
-    // The widest pattern OpenCL allows for the bulk, bytes for the tail: a CPU device (PoCL)
-    // fills by copying the pattern over and over, so a 1-byte pattern costs a call per byte.
-    static constexpr cl_uchar kZeros[128] = {};
-    const size_t bulk = bytes / sizeof(kZeros) * sizeof(kZeros);
-    cl_mem m = reinterpret_cast<cl_mem>(buf);
-    cl_int err = CL_SUCCESS;
-    if (bulk > 0)
-      err = clEnqueueFillBuffer(queue_, m, kZeros, sizeof(kZeros), 0, bulk, 0, nullptr, nullptr);
-    if (err == CL_SUCCESS && bytes > bulk) {
-      err = clEnqueueFillBuffer(queue_, m, kZeros, 1, bulk, bytes - bulk, 0, nullptr, nullptr);
-    }
-    if (err == CL_SUCCESS) err = clFinish(queue_);
-    if (err != CL_SUCCESS)
-      return absl::InternalError(absl::StrCat("clEnqueueFillBuffer failed: ", err));
-    return absl::OkStatus();
+    return Fill(buf, bytes, std::string_view("\0", 1));
   }
 
   absl::Status Fill(DeviceBuf buf, size_t bytes, std::string_view element) override {
@@ -215,8 +201,9 @@ class OpenClBackend final : public DeviceBackend {
         bytes % element.size() != 0) {
       return DeviceBackend::Fill(buf, bytes, element);
     }
-    // As in Clear: the widest pattern for the bulk (the element repeated), the element for the
-    // tail.
+    // The widest pattern OpenCL allows for the bulk (the element repeated), the element for the
+    // tail: a CPU device (PoCL) fills by copying the pattern over and over, so a narrow pattern
+    // costs a call per element.
     cl_uchar wide[128];
     for (size_t i = 0; i < sizeof(wide); ++i)
       wide[i] = static_cast<cl_uchar>(element[i % element.size()]);

@@ -1,7 +1,7 @@
 // DeviceBackend::Fill on the OpenCL device (in this process: PoCL on CPUs) and a CUDA one where
 // there is one: a poisoned output filled from one element on the device holds exactly the bytes
 // the worker would have sent, for every element width and for lengths that are not a multiple of
-// the wide fill pattern.
+// the wide fill pattern; and Clear zeroes.
 
 #include "gtest/gtest.h"
 #include "services/gpu-worker/cuda_backend.h"
@@ -26,6 +26,9 @@ void ExpectFillsMatchThePoisonBytes(DeviceBackend& backend) {
         std::string got(want.size(), '\0');
         ASSERT_TRUE(backend.Download(*buf, got.size(), got.data()).ok());
         EXPECT_EQ(got, want);
+        ASSERT_TRUE(backend.Clear(*buf, want.size()).ok());  // a fill of zero bytes
+        ASSERT_TRUE(backend.Download(*buf, got.size(), got.data()).ok());
+        EXPECT_EQ(got, std::string(want.size(), '\0'));
         backend.Free(*buf);
       }
     }
