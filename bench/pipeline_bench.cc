@@ -63,12 +63,8 @@ int main(int argc, char** argv) {
   }
   const v1::Problem* problem = &example->first;
   const ParamSpace* space = &example->second;
-  std::vector<ParamAssignment> configs;
-  for (int64_t i = 0; i < space->TotalAssignments() && static_cast<int>(configs.size()) < n; ++i) {
-    ParamAssignment a = space->Decode(i);
-    auto valid = space->IsValid(a);
-    if (valid.ok() && *valid) configs.push_back(std::move(a));
-  }
+  const std::vector<ParamAssignment> configs =
+      space->ValidAssignments(static_cast<size_t>(std::max(n, 0)));
   RealClock clock;
   base.sandbox.binary = worker::FindSandboxBinary();
   const std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/kforge-bench-pipeline-", getpid());

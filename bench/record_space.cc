@@ -91,11 +91,7 @@ int main(int argc, char** argv) {
   }
   const v1::Problem* problem = &example->first;
   const ParamSpace* space = &example->second;
-  std::vector<ParamAssignment> valid;
-  for (int64_t i = 0; i < space->TotalAssignments(); ++i) {
-    ParamAssignment a = space->Decode(i);
-    if (auto ok = space->IsValid(a); ok.ok() && *ok) valid.push_back(std::move(a));
-  }
+  std::vector<ParamAssignment> valid = space->ValidAssignments();
   if (sample > 0 && static_cast<int64_t>(valid.size()) > sample) {
     std::mt19937_64 rng(seed);
     std::shuffle(valid.begin(), valid.end(), rng);

@@ -102,6 +102,17 @@ std::pair<int64_t, bool> ParamSpace::CountValid(int64_t limit) const {
   return {count, n == total};
 }
 
+std::vector<ParamAssignment> ParamSpace::ValidAssignments(size_t max_count) const {
+  std::vector<ParamAssignment> out;
+  const int64_t total = TotalAssignments();
+  for (int64_t i = 0; i < total && out.size() < max_count; ++i) {
+    ParamAssignment a = Decode(i);
+    auto ok = IsValid(a);
+    if (ok.ok() && *ok) out.push_back(std::move(a));
+  }
+  return out;
+}
+
 std::optional<ParamAssignment> ParamSpace::FirstValid(int64_t limit) const {
   const int64_t n = std::min(TotalAssignments(), limit);
   for (int64_t i = 0; i < n; ++i) {

@@ -39,6 +39,8 @@ class ParamSpace {
   // Counts valid assignments, visiting at most `limit` of the whole space; the bool says
   // whether the count is exact.
   std::pair<int64_t, bool> CountValid(int64_t limit) const;
+  // The valid assignments in enumeration order, at most `max_count` of them.
+  std::vector<ParamAssignment> ValidAssignments(size_t max_count = SIZE_MAX) const;
   // The first valid assignment in enumeration order, within `limit` visits.
   std::optional<ParamAssignment> FirstValid(int64_t limit) const;
   // The declared first values if valid, else the first valid assignment.

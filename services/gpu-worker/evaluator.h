@@ -48,9 +48,9 @@ struct EvaluatorOptions {
   // gets fewer samples (3 at least) and one warm-up: seconds-long kernels are timed, not timed out.
   double max_bench_seconds = 3;
   int bench_input_sets = 3;         // input sets rotated between benchmark samples
-  // Returned buffers of at least this many bytes come back from the sandbox in sealed memory
-  // files that the worker compares in place, instead of inside the response frame (copied on
-  // both sides and through the socket). 0 = always in the frame.
+  // Returned buffers of at least this many bytes come back through the sandbox's output arena
+  // (shared_output.h), compared in place, instead of inside the response frame (copied on both
+  // sides and through the socket). 0 = always in the frame.
   int64_t share_outputs_min_bytes = int64_t{1} << 20;
   // Adaptive sampling: a candidate stops sampling once its median is known to +-this fraction
   // (~95% interval), or after min_bench_seconds, whichever comes first (min_samples at least).

@@ -332,6 +332,21 @@ absl::StatusOr<v1::HelloResponse> Sandbox::EnsureStarted() {
   return hello_;
 }
 
+absl::Status Sandbox::AcceptArena(const std::vector<OwnedFd>& fds,
+                                  const v1::SandboxResponse& response) {
+  absl::Status st;
+  if (fds.size() == 1) {
+    auto mapped = ArenaMapping::Map(fds[0], static_cast<size_t>(options_.max_output_arena_bytes));
+    if (mapped.ok()) {
+      arena_ = *std::move(mapped);
+    } else {
+      st = mapped.status();
+    }
+  }
+  if (st.ok()) st = CheckArenaRanges(response, arena_.bytes().size());
+  return st.ok() ? st : absl::DataLossError(st.message());
+}
+
 Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double timeout_seconds) {
   CallResult out;
   auto hello = EnsureStarted();
@@ -366,8 +381,10 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     out.message = absl::StrCat("no answer within ", timeout_seconds, " s; sandbox killed");
     return out;
   }
+  if (st.ok()) st = AcceptArena(fds, out.response);
   if (absl::IsDataLoss(st)) {
-    // A live child that answers nonsense (a malformed frame, too many descriptors): killed.
+    // A live child that answers nonsense (a malformed frame, too many descriptors, outputs sent
+    // wrongly) is broken or subverted: killed, not trusted again.
     Reap(/*kill_first=*/true);
     out.status = CallStatus::kCrashed;
     out.message = absl::StrCat("sandbox protocol error: ", st.message());
@@ -383,24 +400,6 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
       out.status = CallStatus::kTimeout;
       out.message = "CPU time limit of the request exceeded (SIGXCPU); sandbox killed";
     }
-    return out;
-  }
-  absl::Status arena;
-  if (fds.size() == 1) {
-    auto mapped = ArenaMapping::Map(fds[0], static_cast<size_t>(options_.max_output_arena_bytes));
-    if (mapped.ok()) {
-      arena_ = *std::move(mapped);
-    } else {
-      arena = mapped.status();
-    }
-  }
-  if (arena.ok()) arena = CheckArenaRanges(out.response, arena_.bytes().size());
-  if (!arena.ok()) {
-    // Only a broken or subverted sandbox sends its outputs wrongly: it is not trusted again.
-    Reap(/*kill_first=*/true);
-    out.status = CallStatus::kCrashed;
-    out.message = absl::StrCat("sandbox protocol error: ", arena.message());
-    out.response.Clear();
     return out;
   }
   out.arena = arena_.bytes();

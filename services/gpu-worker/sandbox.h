@@ -103,6 +103,9 @@ class Sandbox {
 
  private:
   absl::Status Spawn();
+  // Takes the output arena a response came with, if any (the child's new one), and checks that
+  // the response's buffers lie inside the current arena. DataLoss when either is wrong.
+  absl::Status AcceptArena(const std::vector<OwnedFd>& fds, const v1::SandboxResponse& response);
   std::string Reap(bool kill_first);  // waits for the child; returns how it ended
   void LimitCpu(double timeout_seconds);
   // Copies the child's stderr to ours, up to max_output_bytes per request.

@@ -124,17 +124,19 @@ class BoundSet {
       return arena != nullptr && share_min_bytes > 0 && bytes > 0 &&
              bytes >= static_cast<size_t>(share_min_bytes);
     };
+    auto slot = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // aligned for any element
     size_t total = 0;
     for (const auto& [name, buf] : view) {
-      if (shared(buf.second)) total += (buf.second + 63) / 64 * 64;
+      if (shared(buf.second)) total += slot(buf.second);
     }
     if (total > 0) KF_RETURN_IF_ERROR(arena->Reserve(total));
     size_t offset = 0;
     for (const auto& [name, buf] : view) {
       auto* b = out->Add();
       b->set_name(name);
+      const bool in_arena = shared(buf.second);
       std::string_view got;
-      if (shared(buf.second)) {
+      if (in_arena) {
         char* dst = arena->data() + offset;
         arena->MarkWritten(offset + buf.second);
         KF_RETURN_IF_ERROR(backend_.Download(buf.first, buf.second, dst));
@@ -151,10 +153,10 @@ class BoundSet {
         (bufs_.contains(name) ? this : shared_)->clean_.insert(name);
         continue;  // its arena bytes are overwritten by the next buffer, or cleared with the rest
       }
-      if (shared(buf.second)) {
+      if (in_arena) {
         b->set_arena_offset(static_cast<int64_t>(offset));
         b->set_arena_bytes(static_cast<int64_t>(buf.second));
-        offset += (buf.second + 63) / 64 * 64;
+        offset += slot(buf.second);
       }
     }
     return absl::OkStatus();
@@ -195,6 +197,13 @@ class BoundSet {
 // by a later candidate's buffers (on a CPU device, kernels run in this process).
 void ZeroBufferData(v1::RunResponse& r) {
   for (auto& b : *r.mutable_buffers()) explicit_bzero(b.mutable_data()->data(), b.data().size());
+}
+
+// A failed run's results are dropped: zeroed first (clear_buffers keeps the strings' memory, which
+// is freed later unzeroed otherwise).
+void DropResults(v1::RunResponse& r) {
+  ZeroBufferData(r);
+  r.clear_buffers();
 }
 
 void Fail(v1::RunResponse& r, const absl::Status& st) {
@@ -308,8 +317,7 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v
   if (absl::Status st =
           sets[returned]->DownloadAll(r.mutable_buffers(), req.share_outputs_min_bytes(), arena);
       !st.ok()) {
-    ZeroBufferData(r);  // cleared, not freed: zeroed first
-    r.clear_buffers();
+    DropResults(r);
     Fail(r, st);
     return r;
   }
@@ -318,8 +326,7 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v
     if (absl::Status st = (*it)->Release(); !st.ok()) {
       // A device that cannot be cleared may still hold this run's answers: crashed, so that the
       // worker replaces this process.
-      ZeroBufferData(r);  // cleared, not freed: zeroed first
-      r.clear_buffers();
+      DropResults(r);
       Fail(r, absl::AbortedError(absl::StrCat("clearing buffers after the run: ", st.message())));
       return r;
     }

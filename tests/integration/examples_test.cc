@@ -74,12 +74,7 @@ TEST(ExamplesTest, CudaExamplesCompileWithNvrtcForEveryValidAssignment) {
     EXPECT_TRUE(ref.ok) << dir << " reference: " << ref.log;
     auto space = ParamSpace::Create(*p);
     ASSERT_TRUE(space.ok());
-    std::vector<ParamAssignment> valid_ones;
-    for (int64_t i = 0; i < space->TotalAssignments(); ++i) {
-      ParamAssignment a = space->Decode(i);
-      auto valid = space->IsValid(a);
-      if (valid.ok() && *valid) valid_ones.push_back(std::move(a));
-    }
+    const std::vector<ParamAssignment> valid_ones = space->ValidAssignments();
     std::vector<ParamAssignment> chosen;
     const size_t stride = (valid_ones.size() + kMaxCompiledPerExample - 1) / kMaxCompiledPerExample;
     for (size_t i = 0; i < valid_ones.size(); i += std::max<size_t>(1, stride)) chosen.push_back(valid_ones[i]);

@@ -139,6 +139,15 @@ TEST(ParamSpaceTest, ConstraintsMustHoldOnEverySizeSet) {
   EXPECT_TRUE(exact);
 }
 
+TEST(ParamSpaceTest, ValidAssignmentsAreListedInEnumerationOrderUpToACount) {
+  ParamSpace s =
+      MustCreate(MakeProblem({{"T", {1, 2, 4, 8}}}, {"N % T == 0"}, {{{"N", 64}}, {{"N", 12}}}));
+  const std::vector<ParamAssignment> all = {{{"T", 1}}, {{"T", 2}}, {{"T", 4}}};
+  EXPECT_EQ(s.ValidAssignments(), all);
+  EXPECT_EQ(s.ValidAssignments(2), std::vector<ParamAssignment>(all.begin(), all.begin() + 2));
+  EXPECT_TRUE(s.ValidAssignments(0).empty());
+}
+
 TEST(ParamSpaceTest, ConstraintsSeeDefines) {
   v1::Problem p = MakeProblem({{"T", {8, 16, 32}}}, {"T <= LIMIT"});
   (*p.mutable_seed()->mutable_defines())["LIMIT"] = 16;
