@@ -52,14 +52,13 @@ class CandidateHasher {
   CandidateHasher(const CandidateHasher&) = delete;
   CandidateHasher& operator=(const CandidateHasher&) = delete;
   std::string Hash(const v1::Candidate& candidate);
-  // The hash `candidate` would have with `params` in place of its own, without copying it (a
-  // mutator trying knob variants of a parent).
-  std::string HashWithParams(const v1::Candidate& candidate, const std::map<std::string, int64_t>& params);
+  // Makes `base` (its source and plan) the base of HashParams.
+  void Prime(const v1::Candidate& base);
+  // The hash the primed base would have with `params` in place of its own, without copying it: a
+  // mutator trying knob variants of one parent primes once and pays only for the params per try.
+  std::string HashParams(const std::map<std::string, int64_t>& sorted_params);
 
  private:
-  void Prime(const v1::Candidate& candidate);
-  std::string Finish(const std::map<std::string, int64_t>& sorted_params);
-
   struct CtxDeleter {
     void operator()(evp_md_ctx_st* ctx) const;
   };

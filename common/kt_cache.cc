@@ -87,14 +87,14 @@ namespace {
 // An assignment's values in `keys` order, comma-joined: a cache entry's key. Nullopt when a key is
 // missing from the assignment.
 std::optional<std::string> JoinedValues(const std::vector<std::string>& keys, const ParamAssignment& a) {
-  std::vector<int64_t> vals;
-  vals.reserve(keys.size());
+  std::string out;
   for (const auto& k : keys) {
     auto it = a.find(k);
     if (it == a.end()) return std::nullopt;
-    vals.push_back(it->second);
+    if (!out.empty()) out.push_back(',');
+    absl::StrAppend(&out, it->second);
   }
-  return absl::StrJoin(vals, ",");
+  return out;
 }
 
 }  // namespace
@@ -108,8 +108,12 @@ std::optional<KtEntry> KtCache::Find(const ParamAssignment& a) const {
 }
 
 bool KtCache::Records(const ParamAssignment& a) const {
-  auto e = Find(a);
-  return e.has_value() && e->recorded();
+  // Without Find's copy of the entry: a replay job's mutator asks this for every knob variant it
+  // tries.
+  const std::optional<std::string> joined = JoinedValues(keys, a);
+  if (!joined.has_value()) return false;
+  auto it = entries.find(*joined);
+  return it != entries.end() && it->second.recorded();
 }
 
 std::optional<double> KtCache::OptimumMs() const {

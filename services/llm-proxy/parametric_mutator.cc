@@ -148,13 +148,13 @@ size_t ParametricMutator::cached_spaces() const {
   return spaces_.size();
 }
 
-bool ParametricMutator::Acceptable(const Space& s, const v1::Candidate& base, const ParamAssignment& a,
-                                   const SeenFn& seen, CandidateHasher& hasher, std::string* hash) const {
+bool ParametricMutator::Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen,
+                                   CandidateHasher& hasher, std::string* hash) const {
   auto valid = s.space.IsValid(a);
   if (!valid.ok() || !*valid) return false;
   if (validity_ && !validity_(a)) return false;
   if (s.recorded && !s.recorded(a)) return false;
-  *hash = hasher.HashWithParams(base, a);
+  *hash = hasher.HashParams(a);
   return !seen(*hash);
 }
 
@@ -206,7 +206,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
     }
     if (next == *idx) continue;
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
+    if (Acceptable(s, a, seen, hasher, &hash)) return a;
   }
   // Systematic: every single-knob change at growing distance, in random order per distance.
   int max_n = 0;
@@ -225,7 +225,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
       std::vector<int> next = *idx;
       next[p] = v;
       ParamAssignment a = space.FromIndices(next);
-      if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
+      if (Acceptable(s, a, seen, hasher, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -255,7 +255,7 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
       TowardFavoured(s.favoured[p], options_.power_of_two_jumps, &next[p], rng);
     }
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
+    if (Acceptable(s, a, seen, hasher, &hash)) return a;
   }
   return std::nullopt;
 }
@@ -282,7 +282,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
         a = space.FromIndices(*idx);
       }
     }
-    if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
+    if (Acceptable(s, a, seen, hasher, &hash)) return a;
   }
   // Dense scan from a random offset: finds an unseen valid point whenever one exists.
   if (total <= options_.max_scan) {
@@ -291,7 +291,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
       // Millions of points may take seconds: stop when nobody waits for the answer.
       if (i % 1024 == 0 && cancelled()) return std::nullopt;
       ParamAssignment a = space.Decode((start + i) % total);
-      if (Acceptable(s, parent, a, seen, hasher, &hash)) return a;
+      if (Acceptable(s, a, seen, hasher, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -311,8 +311,10 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
   // Children proposed in this call count as seen for the next ones.
   absl::flat_hash_set<std::string> local;
   SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
-  // Every child is a knob variant of the first parent: its source is normalised once.
+  // Every child is a knob variant of the first parent: its source is normalised once, and each try
+  // hashes only its params.
   CandidateHasher hasher;
+  hasher.Prime(req.parents(0).candidate());
   const int count = std::max(1, req.count());
   // Lowered to 0 by Reset once a call has used up the favoured positions.
   double jump_bias = options_.power_of_two_jumps;
@@ -333,7 +335,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
           a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
         }
         std::string hash;
-        if (Acceptable(s, p1, a, seen_all, hasher, &hash)) child = a;
+        if (Acceptable(s, a, seen_all, hasher, &hash)) child = a;
       }
       note = "crossover";
     }

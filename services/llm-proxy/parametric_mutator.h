@@ -78,8 +78,9 @@ class ParametricMutator final : public CancellableMutator {
     ValidityFn recorded;
   };
   absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::MutateRequest& request);
-  bool Acceptable(const Space& s, const v1::Candidate& base, const ParamAssignment& a,
-                  const SeenFn& seen, CandidateHasher& hasher, std::string* hash) const;
+  // `hasher` is primed with the parent whose knob variant `a` is.
+  bool Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen,
+                  CandidateHasher& hasher, std::string* hash) const;
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
                                            const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
                                            std::mt19937_64& rng) const;
