@@ -386,10 +386,27 @@ void CandidateHasher::Prime(const v1::Candidate& candidate) {
   primed_ = true;
 }
 
-std::string CandidateHasher::HashParams(const std::map<std::string, int64_t>& sorted_params) {
-  KF_CHECK(primed_);
+std::string ParamsText(const std::map<std::string, int64_t>& sorted_params) {
   std::string params;
   for (const auto& [k, v] : sorted_params) absl::StrAppend(&params, k, "=", v, "\n");
+  return params;
+}
+
+std::string CandidateHasher::HashParams(const std::map<std::string, int64_t>& sorted_params) {
+  return HashParamsText(ParamsText(sorted_params));
+}
+
+std::string CandidateHasher::BaseKey() {
+  KF_CHECK(primed_);
+  KF_CHECK(EVP_MD_CTX_copy_ex(work_.get(), prefix_.get()) == 1);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  KF_CHECK(EVP_DigestFinal_ex(work_.get(), digest, &len) == 1);
+  return Hex(digest, len);
+}
+
+std::string CandidateHasher::HashParamsText(absl::string_view params) {
+  KF_CHECK(primed_);
   KF_CHECK(EVP_MD_CTX_copy_ex(work_.get(), prefix_.get()) == 1);
   KF_CHECK(EVP_DigestUpdate(work_.get(), params.data(), params.size()) == 1);
   unsigned char digest[EVP_MAX_MD_SIZE];

@@ -42,6 +42,9 @@ std::string HashProblem(const v1::Problem& problem);
 // count: two candidates with the same hash compute the same thing the same way.
 std::string HashCandidate(const v1::Candidate& candidate);
 
+// The params as the candidate hash reads them: "name=value\n" per param, in name order.
+std::string ParamsText(const std::map<std::string, int64_t>& sorted_params);
+
 // HashCandidate for runs of candidates that share a source and plan (the knob variants of one
 // parent): the source is normalised once per run, not once per variant. Same values as
 // HashCandidate. Not thread-safe: one per caller.
@@ -57,6 +60,11 @@ class CandidateHasher {
   // The hash the primed base would have with `params` in place of its own, without copying it: a
   // mutator trying knob variants of one parent primes once and pays only for the params per try.
   std::string HashParams(const std::map<std::string, int64_t>& sorted_params);
+  // The same, from ParamsText(sorted_params).
+  std::string HashParamsText(absl::string_view params_text);
+  // A hash of the primed base alone (its source and plan): variants of two bases with the same
+  // BaseKey have the same hashes.
+  std::string BaseKey();
 
  private:
   struct CtxDeleter {

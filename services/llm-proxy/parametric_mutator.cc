@@ -131,7 +131,7 @@ absl::StatusOr<std::shared_ptr<const ParametricMutator::Space>> ParametricMutato
     favoured.push_back(FavouredPositions(p, ladders.back()));
   }
   auto shared = std::make_shared<const Space>(
-      Space{*std::move(space), std::move(ladders), std::move(favoured), std::move(recorded)});
+      Space{*std::move(space), std::move(ladders), std::move(favoured), std::move(recorded), key});
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = spaces_.find(key); it != spaces_.end()) return it->second.space;  // raced: one wins
   recent_.push_front(key);
@@ -149,18 +149,24 @@ size_t ParametricMutator::cached_spaces() const {
 }
 
 bool ParametricMutator::Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen,
-                                   CandidateHasher& hasher, std::string* hash) const {
-  auto valid = s.space.IsValid(a);
-  if (!valid.ok() || !*valid) return false;
-  if (validity_ && !validity_(a)) return false;
-  if (s.recorded && !s.recorded(a)) return false;
-  *hash = hasher.HashParams(a);
+                                   Tries& tries, std::string* hash) const {
+  const std::string params = ParamsText(a);
+  VariantMemo::Variant v;
+  if (!memo_.Find(tries.base, params, &v)) {
+    auto valid = s.space.IsValid(a);
+    v.valid =
+        valid.ok() && *valid && (!validity_ || validity_(a)) && (!s.recorded || s.recorded(a));
+    if (v.valid) v.hash = tries.hasher.HashParamsText(params);
+    memo_.Put(tries.base, params, v);
+  }
+  if (!v.valid) return false;
+  *hash = std::move(v.hash);
   return !seen(*hash);
 }
 
 std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
                                                             const v1::Candidate& parent,
-                                                            const SeenFn& seen, CandidateHasher& hasher,
+                                                            const SeenFn& seen, Tries& tries,
                                                             const CancelledFn& cancelled,
                                                             std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
@@ -206,7 +212,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
     }
     if (next == *idx) continue;
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, a, seen, hasher, &hash)) return a;
+    if (Acceptable(s, a, seen, tries, &hash)) return a;
   }
   // Systematic: every single-knob change at growing distance, in random order per distance.
   int max_n = 0;
@@ -225,7 +231,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
       std::vector<int> next = *idx;
       next[p] = v;
       ParamAssignment a = space.FromIndices(next);
-      if (Acceptable(s, a, seen, hasher, &hash)) return a;
+      if (Acceptable(s, a, seen, tries, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -233,7 +239,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
 
 std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
                                                           const v1::Candidate& parent,
-                                                          const SeenFn& seen, CandidateHasher& hasher,
+                                                          const SeenFn& seen, Tries& tries,
                                                           std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   std::vector<int> tunable;
@@ -255,14 +261,16 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
       TowardFavoured(s.favoured[p], options_.power_of_two_jumps, &next[p], rng);
     }
     ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, a, seen, hasher, &hash)) return a;
+    if (Acceptable(s, a, seen, tries, &hash)) return a;
   }
   return std::nullopt;
 }
 
 std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1::Candidate& parent,
-                                                        const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
-                                                        double* power_of_two, std::mt19937_64& rng) const {
+                                                        const SeenFn& seen, Tries& tries,
+                                                        const CancelledFn& cancelled,
+                                                        double* power_of_two,
+                                                        std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   const int64_t total = space.TotalAssignments();
   std::uniform_int_distribution<int64_t> pick(0, total - 1);
@@ -282,7 +290,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
         a = space.FromIndices(*idx);
       }
     }
-    if (Acceptable(s, a, seen, hasher, &hash)) return a;
+    if (Acceptable(s, a, seen, tries, &hash)) return a;
   }
   // Dense scan from a random offset: finds an unseen valid point whenever one exists.
   if (total <= options_.max_scan) {
@@ -291,7 +299,7 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
       // Millions of points may take seconds: stop when nobody waits for the answer.
       if (i % 1024 == 0 && cancelled()) return std::nullopt;
       ParamAssignment a = space.Decode((start + i) % total);
-      if (Acceptable(s, a, seen, hasher, &hash)) return a;
+      if (Acceptable(s, a, seen, tries, &hash)) return a;
     }
   }
   return std::nullopt;
@@ -313,8 +321,9 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
   SeenFn seen_all = [&](const std::string& h) { return local.contains(h) || seen(h); };
   // Every child is a knob variant of the first parent: its source is normalised once, and each try
   // hashes only its params.
-  CandidateHasher hasher;
-  hasher.Prime(req.parents(0).candidate());
+  Tries tries;
+  tries.hasher.Prime(req.parents(0).candidate());
+  tries.base = absl::StrCat(s.key, "/", tries.hasher.BaseKey());
   const int count = std::max(1, req.count());
   // Lowered to 0 by Reset once a call has used up the favoured positions.
   double jump_bias = options_.power_of_two_jumps;
@@ -335,27 +344,27 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
           a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
         }
         std::string hash;
-        if (Acceptable(s, a, seen_all, hasher, &hash)) child = a;
+        if (Acceptable(s, a, seen_all, tries, &hash)) child = a;
       }
       note = "crossover";
     }
     if (!child && req.strategy() == "perturb") {
-      child = Perturb(s, p1, seen_all, hasher, rng);
+      child = Perturb(s, p1, seen_all, tries, rng);
       note = "perturbation";
     }
     const bool global = req.strategy() == "global";
     const bool explore = req.strategy() == "explore" || global;
     const bool exploit = req.strategy() == "exploit";
     if (!child && !exploit && (explore || u(rng) < options_.reset_probability)) {
-      child = Reset(s, p1, seen_all, hasher, cancelled, global ? &jump_bias : &reset_bias, rng);
+      child = Reset(s, p1, seen_all, tries, cancelled, global ? &jump_bias : &reset_bias, rng);
       note = global ? "global draw" : "random reset";
     }
     if (!child) {
-      child = Neighbour(s, p1, seen_all, hasher, cancelled, rng);
+      child = Neighbour(s, p1, seen_all, tries, cancelled, rng);
       note = "neighbour";
     }
     if (!child) {
-      child = Reset(s, p1, seen_all, hasher, cancelled, &reset_bias, rng);
+      child = Reset(s, p1, seen_all, tries, cancelled, &reset_bias, rng);
       note = "random reset (no unseen neighbour)";
     }
     if (!child && cancelled()) {
@@ -365,7 +374,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
       resp.set_message("parameter space exhausted: every valid assignment was already proposed");
       break;
     }
-    v1::Candidate c = WithParams(p1, *child, &hasher);
+    v1::Candidate c = WithParams(p1, *child, &tries.hasher);
     if (req.parents_size() >= 2) c.add_parent_ids(req.parents(1).candidate().id());
     c.set_note(note);
     local.insert(c.content_hash());

@@ -23,6 +23,7 @@
 #include "common/hash.h"
 #include "common/param_space.h"
 #include "services/llm-proxy/cancellable_mutator.h"
+#include "services/llm-proxy/variant_memo.h"
 
 namespace kforge::llm {
 
@@ -49,6 +50,9 @@ struct ParametricOptions {
   // few MB (its declared values, parsed constraints and size sets); a proxy serves a handful of
   // jobs at a time, and a miss costs only re-parsing the constraints.
   size_t max_cached_spaces = 64;
+  // Knob variants whose validity and content hash are remembered across calls (VariantMemo), for
+  // all problems together; a few hundred bytes each (about 30 MB at most).
+  size_t max_memo_variants = 1 << 17;
 };
 
 // Knobs with fewer power-of-two values (a tile of 1..4, a flag) step by positions only: a 3
@@ -58,12 +62,14 @@ inline constexpr int kMinPowerOfTwoLadder = 4;
 class ParametricMutator final : public CancellableMutator {
  public:
   explicit ParametricMutator(ParametricOptions options = {}, ValidityFn extra_validity = nullptr)
-      : options_(options), validity_(std::move(extra_validity)) {}
+      : options_(options), validity_(std::move(extra_validity)), memo_(options.max_memo_variants) {}
 
   absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
                                                        const CancelledFn& cancelled) override;
   // Spaces cached now (at most options.max_cached_spaces).
   size_t cached_spaces() const;
+  // Knob variants remembered now (at most options.max_memo_variants).
+  size_t memo_variants() const { return memo_.size(); }
 
  private:
   // A problem's space, with each knob's power-of-two positions (in declared order) worked out once:
@@ -76,26 +82,36 @@ class ParametricMutator final : public CancellableMutator {
     std::vector<std::vector<int>> favoured;
     // A replay problem's recorded configurations (MutateRequest.replay_space); null: no restriction.
     ValidityFn recorded;
+    std::string key;  // what defines it (SpaceFor's cache key)
+  };
+  // One call's tries: knob variants of one parent.
+  struct Tries {
+    CandidateHasher hasher;  // primed with the parent
+    std::string base;        // the memo's key: the space's and the parent's
   };
   absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::MutateRequest& request);
-  // `hasher` is primed with the parent whose knob variant `a` is.
-  bool Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen,
-                  CandidateHasher& hasher, std::string* hash) const;
+  // Whether `a`, a knob variant of the tries' parent, is valid and unseen; sets its hash.
+  bool Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen, Tries& tries,
+                  std::string* hash) const;
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
-                                           const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
+                                           const SeenFn& seen, Tries& tries,
+                                           const CancelledFn& cancelled,
                                            std::mt19937_64& rng) const;
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const Space& s, const v1::Candidate& parent,
-                                         const SeenFn& seen, CandidateHasher& hasher, std::mt19937_64& rng) const;
+                                         const SeenFn& seen, Tries& tries,
+                                         std::mt19937_64& rng) const;
   // A uniformly drawn valid assignment, size knobs at a favoured position (a power of two or a
   // range end) with `*power_of_two` chance; sets it to 0 when the first few such draws find nothing
   // unseen (they are used up).
   std::optional<ParamAssignment> Reset(const Space& s, const v1::Candidate& parent,
-                                       const SeenFn& seen, CandidateHasher& hasher, const CancelledFn& cancelled,
-                                       double* power_of_two, std::mt19937_64& rng) const;
+                                       const SeenFn& seen, Tries& tries,
+                                       const CancelledFn& cancelled, double* power_of_two,
+                                       std::mt19937_64& rng) const;
 
   ParametricOptions options_;
   ValidityFn validity_;
+  mutable VariantMemo memo_;
   mutable std::mutex mu_;
   // By a hash of what defines a space (knobs, constraints, defines, size sets): never by the
   // request's own content_hash, which a client could set to another problem's.

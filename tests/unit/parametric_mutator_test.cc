@@ -890,6 +890,95 @@ TEST(ParametricMutatorTest, TheSpaceCacheStaysBounded) {
   EXPECT_EQ(mutator.cached_spaces(), 4u);
 }
 
+// ---- the variant memo -----------------------------------------------------------------------
+
+// The memo only saves work: a job proposes exactly what it would without it, whether the memo
+// keeps everything, starts over every few entries, or is off.
+TEST(ParametricMutatorTest, TheVariantMemoChangesNoChild) {
+  for (const v1::Problem& problem : {TiledProblem(), WideProblem(), GridProblem()}) {
+    const Fixture f = Fixture::Make(problem);
+    ParametricMutator plain({.max_memo_variants = 0});
+    ParametricMutator memo;
+    ParametricMutator small({.max_memo_variants = 7});
+    std::set<std::string> seen = {f.seed.content_hash()};
+    std::vector<v1::Candidate> pool = {f.seed};
+    std::mt19937_64 rng(11);
+    for (int call = 0; call < 400; ++call) {
+      std::vector<v1::Candidate> parents = {pool[rng() % pool.size()]};
+      if (rng() % 4 == 0) parents.push_back(pool[rng() % pool.size()]);
+      static const char* const kStrategies[] = {"", "explore", "exploit", "perturb"};
+      const v1::MutateRequest req =
+          Request(problem, parents, rng(), 1 + rng() % 3, kStrategies[rng() % 4]);
+      auto want = plain.Mutate(req, SeenIn(seen));
+      ASSERT_TRUE(want.ok()) << want.status();
+      for (ParametricMutator* m : {&memo, &small}) {
+        auto got = m->Mutate(req, SeenIn(seen));
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(got->children_size(), want->children_size())
+            << problem.name() << " call " << call;
+        for (int i = 0; i < want->children_size(); ++i) {
+          EXPECT_EQ(got->children(i).content_hash(), want->children(i).content_hash())
+              << problem.name();
+          EXPECT_EQ(got->children(i).note(), want->children(i).note());
+        }
+      }
+      EXPECT_EQ(plain.memo_variants(), 0u);
+      EXPECT_LE(small.memo_variants(), 7u);
+      for (const auto& c : want->children()) {
+        seen.insert(c.content_hash());
+        v1::Candidate child = c;
+        child.set_id(absl::StrCat("c", seen.size()));
+        pool.push_back(child);
+      }
+      if (!want->message().empty()) break;
+    }
+    EXPECT_GT(memo.memo_variants(), 0u) << problem.name();
+  }
+}
+
+// What the memo holds belongs to one space and one parent source: a parent with other code, or a
+// problem with other constraints, gets its own hashes and validity.
+TEST(ParametricMutatorTest, TheVariantMemoIsPerSpaceAndParentSource) {
+  ParametricMutator mutator;
+  const Fixture open =
+      Fixture::Make(MakeProblem("grid", {{"A", {1, 2, 3, 4}}, {"B", {1, 2, 3, 4}}}, {}));
+  const Fixture closed =
+      Fixture::Make(MakeProblem("grid", {{"A", {1, 2, 3, 4}}, {"B", {1, 2, 3, 4}}}, {"A <= B"}));
+  // Every variant of the open problem's seed is tried and remembered.
+  std::set<std::string> seen = {open.seed.content_hash()};
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    auto resp =
+        mutator.Mutate(Request(open.problem, {open.seed}, seed, 3, "explore"), SeenIn(seen));
+    ASSERT_TRUE(resp.ok()) << resp.status();
+  }
+  ASSERT_GT(mutator.memo_variants(), 0u);
+  // The constrained problem's children satisfy its constraint.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    auto resp = mutator.Mutate(Request(closed.problem, {closed.seed}, seed, 3, "explore"),
+                               SeenIn({closed.seed.content_hash()}));
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    for (const auto& c : resp->children()) {
+      auto valid = closed.space.IsValid(ParamsOf(c));
+      EXPECT_TRUE(valid.ok() && *valid) << FormatParams(ParamsOf(c));
+    }
+  }
+  // A parent with other code: its children's hashes are their own, and a variant its seen set
+  // holds under the other source is not taken for seen.
+  v1::Candidate rewritten = open.seed;
+  rewritten.set_source(
+      absl::StrCat(open.seed.source(), "kernel void unused(global float* y) { y[0] = 1; }\n"));
+  rewritten.set_content_hash(HashCandidate(rewritten));
+  std::set<std::string> seen_old = seen;
+  for (const auto& [a, h] : open.hash) seen_old.insert(h);  // every old-source variant
+  auto resp = mutator.Mutate(Request(open.problem, {rewritten}, 3, 5), SeenIn(seen_old));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->children_size(), 5);
+  for (const auto& c : resp->children()) {
+    EXPECT_EQ(c.content_hash(), HashCandidate(c));
+    EXPECT_EQ(c.source(), rewritten.source());
+  }
+}
+
 TEST(ParametricMutatorTest, AProblemClaimingAnothersHashGetsItsOwnSpace) {
   // The content hash comes from the client: a problem that borrows another's must neither get
   // that problem's cached space nor replace it.
