@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto log = MakeLogger("llm-proxy", *ParseLogLevel(opts.server.log_level));
-  llm::ParametricMutator parametric({.max_cached_spaces = static_cast<size_t>(opts.cached_spaces)});
+  llm::ParametricMutator parametric({.max_cached_spaces = static_cast<size_t>(opts.cached_spaces),
+                                     .max_memo_variants = static_cast<size_t>(opts.memo_variants)});
   llm::CurlHttpClient http;
   auto registry = std::make_shared<prometheus::Registry>();
   llm::ProxyMetrics metrics(*registry);

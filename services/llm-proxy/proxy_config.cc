@@ -40,6 +40,11 @@ void AddProxyFields(ConfigSchema& schema, ProxyOptions& opts) {
   schema.Add("proxy.cached_spaces", &opts.cached_spaces,
              "problems whose parsed search spaces stay cached (least recently used go first)",
              InRange(&opts.cached_spaces, 1, 1 << 20));
+  schema.Add(
+      "proxy.memo_variants", &opts.memo_variants,
+      "knob variants whose validity and hash the parametric mutator remembers (a few hundred "
+      "bytes each; 0: none)",
+      InRange(&opts.memo_variants, 0, 1 << 24));
 }
 
 }  // namespace kforge::llm
