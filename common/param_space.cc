@@ -69,6 +69,16 @@ ParamAssignment ParamSpace::Decode(int64_t index) const {
   return a;
 }
 
+std::vector<int> ParamSpace::DecodeIndices(int64_t index) const {
+  std::vector<int> idx(params_.size());
+  for (size_t i = params_.size(); i-- > 0;) {
+    const int64_t n = params_[i].values_size();
+    idx[i] = static_cast<int>(index % n);
+    index /= n;
+  }
+  return idx;
+}
+
 std::optional<std::vector<int>> ParamSpace::ValueIndices(const ParamAssignment& a) const {
   if (a.size() != params_.size()) return std::nullopt;
   std::vector<int> idx;

@@ -32,6 +32,8 @@ class ParamSpace {
 
   // Assignment at a mixed-radix index in [0, TotalAssignments()); the first param varies slowest.
   ParamAssignment Decode(int64_t index) const;
+  // The same, as each param's position in its declared values.
+  std::vector<int> DecodeIndices(int64_t index) const;
   // Indices of each param's value within its declared list; nullopt if a value is undeclared.
   std::optional<std::vector<int>> ValueIndices(const ParamAssignment& a) const;
   ParamAssignment FromIndices(const std::vector<int>& idx) const;

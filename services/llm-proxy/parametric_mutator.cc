@@ -148,20 +148,21 @@ size_t ParametricMutator::cached_spaces() const {
   return spaces_.size();
 }
 
-bool ParametricMutator::Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen,
-                                   Tries& tries, std::string* hash) const {
-  const std::string params = ParamsText(a);
-  VariantMemo::Variant v;
-  if (!memo_.Find(tries.base, params, &v)) {
+bool ParametricMutator::Acceptable(const Space& s, const std::vector<int>& at, const SeenFn& seen,
+                                   Tries& tries) const {
+  // A try the memo knows costs a lookup by its positions: no assignment is built for it.
+  VariantMemo::KeyOf(at, &tries.key);
+  const VariantMemo::Variant* v = memo_.Find(*tries.table, tries.key);
+  VariantMemo::Variant fresh;
+  if (v == nullptr) {
+    const ParamAssignment a = s.space.FromIndices(at);
     auto valid = s.space.IsValid(a);
-    v.valid =
+    fresh.valid =
         valid.ok() && *valid && (!validity_ || validity_(a)) && (!s.recorded || s.recorded(a));
-    if (v.valid) v.hash = tries.hasher.HashParamsText(params);
-    memo_.Put(tries.base, params, v);
+    if (fresh.valid) fresh.hash = tries.hasher.HashParamsText(ParamsText(a));
+    v = memo_.Put(*tries.table, tries.key, std::move(fresh));
   }
-  if (!v.valid) return false;
-  *hash = std::move(v.hash);
-  return !seen(*hash);
+  return v->valid && !seen(v->hash);
 }
 
 std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
@@ -174,7 +175,6 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
   auto idx = Position(space, parent, &tunable);
   if (!idx.has_value() || tunable.empty()) return std::nullopt;
   const auto& params = space.params();
-  std::string hash;
   std::uniform_real_distribution<double> u(0, 1);
   for (int t = 0; t < options_.neighbour_tries; ++t) {
     std::vector<int> next = *idx;
@@ -211,8 +211,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
       next[p] = std::clamp(next[p] + (u(rng) < 0.5 ? -step : step), 0, n - 1);
     }
     if (next == *idx) continue;
-    ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, a, seen, tries, &hash)) return a;
+    if (Acceptable(s, next, seen, tries)) return space.FromIndices(next);
   }
   // Systematic: every single-knob change at growing distance, in random order per distance.
   int max_n = 0;
@@ -230,8 +229,7 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
     for (const auto& [p, v] : moves) {
       std::vector<int> next = *idx;
       next[p] = v;
-      ParamAssignment a = space.FromIndices(next);
-      if (Acceptable(s, a, seen, tries, &hash)) return a;
+      if (Acceptable(s, next, seen, tries)) return space.FromIndices(next);
     }
   }
   return std::nullopt;
@@ -248,7 +246,6 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
   const auto& params = space.params();
   std::uniform_int_distribution<int> how_many(2,
                                               std::min<int>(4, static_cast<int>(tunable.size())));
-  std::string hash;
   for (int t = 0; t < 64; ++t) {
     std::vector<int> next = *idx;
     std::vector<int> order = tunable;
@@ -260,8 +257,7 @@ std::optional<ParamAssignment> ParametricMutator::Perturb(const Space& s,
       next[p] = v(rng);
       TowardFavoured(s.favoured[p], options_.power_of_two_jumps, &next[p], rng);
     }
-    ParamAssignment a = space.FromIndices(next);
-    if (Acceptable(s, a, seen, tries, &hash)) return a;
+    if (Acceptable(s, next, seen, tries)) return space.FromIndices(next);
   }
   return std::nullopt;
 }
@@ -274,23 +270,21 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
   const ParamSpace& space = s.space;
   const int64_t total = space.TotalAssignments();
   std::uniform_int_distribution<int64_t> pick(0, total - 1);
-  std::string hash;
   for (int t = 0; t < 256; ++t) {
-    ParamAssignment a = space.Decode(pick(rng));
+    std::vector<int> at = space.DecodeIndices(pick(rng));
     // Only the first draws lean to favoured positions. When they find nothing unseen, those are
     // used up (a wide global draw in a space with few of them): the rest of the call draws
     // plainly, at the cost it had before.
     if (*power_of_two > 0) {
       if (t == kPowerOfTwoResetTries) {
         *power_of_two = 0;
-      } else if (auto idx = space.ValueIndices(a); idx.has_value()) {
-        for (size_t p = 0; p < idx->size(); ++p) {
-          TowardFavoured(s.favoured[p], *power_of_two, &(*idx)[p], rng);
+      } else {
+        for (size_t p = 0; p < at.size(); ++p) {
+          TowardFavoured(s.favoured[p], *power_of_two, &at[p], rng);
         }
-        a = space.FromIndices(*idx);
       }
     }
-    if (Acceptable(s, a, seen, tries, &hash)) return a;
+    if (Acceptable(s, at, seen, tries)) return space.FromIndices(at);
   }
   // Dense scan from a random offset: finds an unseen valid point whenever one exists.
   if (total <= options_.max_scan) {
@@ -298,8 +292,8 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
     for (int64_t i = 0; i < total; ++i) {
       // Millions of points may take seconds: stop when nobody waits for the answer.
       if (i % 1024 == 0 && cancelled()) return std::nullopt;
-      ParamAssignment a = space.Decode((start + i) % total);
-      if (Acceptable(s, a, seen, tries, &hash)) return a;
+      std::vector<int> at = space.DecodeIndices((start + i) % total);
+      if (Acceptable(s, at, seen, tries)) return space.FromIndices(at);
     }
   }
   return std::nullopt;
@@ -323,7 +317,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
   // hashes only its params.
   Tries tries;
   tries.hasher.Prime(req.parents(0).candidate());
-  tries.base = absl::StrCat(s.key, "/", tries.hasher.BaseKey());
+  tries.table = memo_.For(absl::StrCat(s.key, "/", tries.hasher.BaseKey()));
   const int count = std::max(1, req.count());
   // Lowered to 0 by Reset once a call has used up the favoured positions.
   double jump_bias = options_.power_of_two_jumps;
@@ -343,8 +337,8 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
           auto it = p2.params().find(k);
           a[k] = (it != p2.params().end() && u(rng) < 0.5) ? it->second : v;
         }
-        std::string hash;
-        if (Acceptable(s, a, seen_all, tries, &hash)) child = a;
+        auto at = s.space.ValueIndices(a);  // none: a value the space does not declare
+        if (at.has_value() && Acceptable(s, *at, seen_all, tries)) child = std::move(a);
       }
       note = "crossover";
     }

@@ -86,13 +86,14 @@ class ParametricMutator final : public CancellableMutator {
   };
   // One call's tries: knob variants of one parent.
   struct Tries {
-    CandidateHasher hasher;  // primed with the parent
-    std::string base;        // the memo's key: the space's and the parent's
+    CandidateHasher hasher;                     // primed with the parent
+    std::shared_ptr<VariantMemo::Table> table;  // the memo's variants of this space and parent
+    std::string key;                            // scratch: the variant being tried
   };
   absl::StatusOr<std::shared_ptr<const Space>> SpaceFor(const v1::MutateRequest& request);
-  // Whether `a`, a knob variant of the tries' parent, is valid and unseen; sets its hash.
-  bool Acceptable(const Space& s, const ParamAssignment& a, const SeenFn& seen, Tries& tries,
-                  std::string* hash) const;
+  // Whether the knob variant of the tries' parent at value positions `at` is valid and unseen.
+  bool Acceptable(const Space& s, const std::vector<int>& at, const SeenFn& seen,
+                  Tries& tries) const;
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
                                            const SeenFn& seen, Tries& tries,
                                            const CancelledFn& cancelled,
