@@ -87,6 +87,13 @@ class CountingQueue final : public ForwardingWorkQueue {
   absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override {
     return inner_.AckResults(job_id, ack_tokens);
   }
+  absl::Status EnqueueBatchAndAck(const std::string& stream,
+                                  const std::vector<v1::EvaluationRequest>& requests,
+                                  const std::string& job_id,
+                                  const std::vector<std::string>& ack_tokens,
+                                  absl::Status* ack_status) override {
+    return inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
+  }
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
     {
       std::lock_guard<std::mutex> lock(mu_);

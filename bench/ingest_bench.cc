@@ -74,6 +74,15 @@ class TimingQueue final : public ForwardingWorkQueue {
   absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override {
     return inner_.AckResults(job_id, ack_tokens);
   }
+  absl::Status EnqueueBatchAndAck(const std::string& stream,
+                                  const std::vector<v1::EvaluationRequest>& requests,
+                                  const std::string& job_id,
+                                  const std::vector<std::string>& ack_tokens,
+                                  absl::Status* ack_status) override {
+    absl::Status st = inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
+    for (const auto& r : requests) Dispatched(r);
+    return st;
+  }
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override {
     auto r = inner_.NextResult(job_id, timeout_seconds);

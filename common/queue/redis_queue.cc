@@ -446,10 +446,32 @@ absl::Status RedisWorkQueue::EnqueueBatch(const std::string& stream,
   return EnqueueMany(stream, all);
 }
 
+absl::Status RedisWorkQueue::EnqueueBatchAndAck(const std::string& stream,
+                                                const std::vector<v1::EvaluationRequest>& requests,
+                                                const std::string& job_id,
+                                                const std::vector<std::string>& ack_tokens,
+                                                absl::Status* ack_status) {
+  std::vector<const v1::EvaluationRequest*> all;
+  all.reserve(requests.size());
+  for (const auto& r : requests) all.push_back(&r);
+  *ack_status = absl::OkStatus();
+  if (all.empty() || ack_tokens.empty()) {
+    absl::Status enqueued = EnqueueMany(stream, all);
+    *ack_status = AckResults(job_id, ack_tokens);
+    return enqueued;
+  }
+  return EnqueueMany(stream, all, AckCommands(job_id, ack_tokens), ack_status);
+}
+
 absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
-                                         const std::vector<const v1::EvaluationRequest*>& requests) {
+                                         const std::vector<const v1::EvaluationRequest*>& requests,
+                                         std::vector<std::vector<std::string>> acks,
+                                         absl::Status* ack_status) {
   if (requests.empty()) return absl::OkStatus();
-  if (closed_.load()) return absl::CancelledError("queue closed");
+  if (closed_.load()) {
+    if (ack_status != nullptr) *ack_status = absl::CancelledError("queue closed");
+    return absl::CancelledError("queue closed");
+  }
   // The problem travels once (a key of its own); each entry names it. The script refuses an
   // entry whose problem is not there (it expired, or Redis lost it): store it again, then retry.
   std::vector<std::string> payloads;
@@ -474,8 +496,19 @@ absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
       commands.push_back({"EVAL", kEnqueueScript, "4", CandidateKeyOf(request), WorkKey(stream),
                           JobKey(request.job_id()), *problem_key, payloads[i], ttl});
     }
+    // The acknowledgements go after the requests: those are what a worker waits for.
+    const size_t acked = acks.size();
+    for (auto& a : acks) commands.push_back(std::move(a));
+    acks.clear();
     absl::StatusOr<std::vector<Reply>> replies = Pipeline(commands);
-    if (!replies.ok()) return replies.status();
+    if (!replies.ok()) {
+      if (ack_status != nullptr && acked > 0) *ack_status = replies.status();
+      return replies.status();
+    }
+    for (size_t k = todo.size(); k < todo.size() + acked; ++k) {
+      absl::Status st = ReplyError(*(*replies)[k], "EVAL");
+      if (!st.ok() && ack_status->ok()) *ack_status = st;
+    }
     std::vector<size_t> again;
     for (size_t k = 0; k < todo.size(); ++k) {
       const redisReply& r = *(*replies)[k];
@@ -779,10 +812,10 @@ absl::Status RedisWorkQueue::AckResult(const std::string& job_id, const std::str
   return AckResults(job_id, {ack_token});
 }
 
-absl::Status RedisWorkQueue::AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) {
-  if (ack_tokens.empty()) return absl::OkStatus();
-  // One round trip; a script call per 1000 tokens (Lua's unpack has a stack limit). A group lost
-  // with the server's data has nothing to acknowledge.
+std::vector<std::vector<std::string>> RedisWorkQueue::AckCommands(
+    const std::string& job_id, const std::vector<std::string>& ack_tokens) const {
+  // A script call per 1000 tokens (Lua's unpack has a stack limit). A group lost with the
+  // server's data has nothing to acknowledge.
   constexpr size_t kPerCall = 1000;
   std::vector<std::vector<std::string>> commands;
   for (size_t begin = 0; begin < ack_tokens.size(); begin += kPerCall) {
@@ -791,7 +824,14 @@ absl::Status RedisWorkQueue::AckResults(const std::string& job_id, const std::ve
     args.insert(args.end(), ack_tokens.begin() + static_cast<std::ptrdiff_t>(begin),
                 ack_tokens.begin() + static_cast<std::ptrdiff_t>(std::min(ack_tokens.size(), begin + kPerCall)));
   }
-  absl::StatusOr<std::vector<Reply>> replies = Pipeline(commands);
+  return commands;
+}
+
+absl::Status RedisWorkQueue::AckResults(const std::string& job_id,
+                                        const std::vector<std::string>& ack_tokens) {
+  if (ack_tokens.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<Reply>> replies =
+      Pipeline(AckCommands(job_id, ack_tokens));  // one round trip
   if (!replies.ok()) return replies.status();
   for (const Reply& r : *replies) {
     if (absl::Status st = ReplyError(*r, "EVAL"); !st.ok()) return st;

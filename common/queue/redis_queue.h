@@ -90,6 +90,12 @@ class RedisWorkQueue final : public WorkQueue {
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   // One round trip (XACK + XDEL of every token).
   absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override;
+  // The acknowledgement rides in the enqueue's pipelined round trip.
+  absl::Status EnqueueBatchAndAck(const std::string& stream,
+                                  const std::vector<v1::EvaluationRequest>& requests,
+                                  const std::string& job_id,
+                                  const std::vector<std::string>& ack_tokens,
+                                  absl::Status* ack_status) override;
   absl::Status PurgeJob(const std::string& job_id) override;
   absl::Status Heartbeat(const v1::WorkerStatus& status) override;
   absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
@@ -117,7 +123,14 @@ class RedisWorkQueue final : public WorkQueue {
   // see ReplyError), reconnecting with backoff on I/O errors and sending them all again then: only
   // for commands that are safe to repeat.
   absl::StatusOr<std::vector<Reply>> Pipeline(const std::vector<std::vector<std::string>>& commands);
-  absl::Status EnqueueMany(const std::string& stream, const std::vector<const v1::EvaluationRequest*>& requests);
+  // `acks`: commands sent along with the first attempt (AckCommands), their status to *ack_status.
+  absl::Status EnqueueMany(const std::string& stream,
+                           const std::vector<const v1::EvaluationRequest*>& requests,
+                           std::vector<std::vector<std::string>> acks = {},
+                           absl::Status* ack_status = nullptr);
+  // AckResults' commands.
+  std::vector<std::vector<std::string>> AckCommands(
+      const std::string& job_id, const std::vector<std::string>& ack_tokens) const;
   absl::Status EnsureGroup(const std::string& key, const std::string& group);
   // Claims one expired lease of the stream for `consumer`, poisoning any past max_deliveries.
   absl::StatusOr<std::optional<WorkItem>> ClaimExpired(const std::string& key, const std::string& consumer);

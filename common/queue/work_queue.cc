@@ -4,8 +4,9 @@
 
 namespace kforge {
 
-// Decorators (ForwardingWorkQueue) keep these: a decorator that changes Enqueue or AckResult sees
-// every request and token.
+// Decorators (ForwardingWorkQueue) keep these three: a decorator that changes Enqueue or AckResult
+// sees every request and token. One on the coordinator's path that wants the backend's single
+// round trips forwards them itself.
 absl::Status WorkQueue::EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) {
   for (const auto& r : requests) {
     if (absl::Status st = Enqueue(stream, r); !st.ok()) return st;
@@ -18,6 +19,16 @@ absl::Status WorkQueue::AckResults(const std::string& job_id, const std::vector<
     if (absl::Status st = AckResult(job_id, t); !st.ok()) return st;
   }
   return absl::OkStatus();
+}
+
+absl::Status WorkQueue::EnqueueBatchAndAck(const std::string& stream,
+                                           const std::vector<v1::EvaluationRequest>& requests,
+                                           const std::string& job_id,
+                                           const std::vector<std::string>& ack_tokens,
+                                           absl::Status* ack_status) {
+  absl::Status enqueued = EnqueueBatch(stream, requests);
+  *ack_status = AckResults(job_id, ack_tokens);
+  return enqueued;
 }
 
 v1::EvaluationResult PoisonResult(const v1::EvaluationRequest& request, int deliveries) {

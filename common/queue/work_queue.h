@@ -84,6 +84,13 @@ class WorkQueue {
   // AckResult of each token, in as few round trips as the backend can. Stops at the first error
   // (an unacknowledged result only comes back, and is a duplicate then).
   [[nodiscard]] virtual absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens);
+  // EnqueueBatch, then AckResults of `job_id`'s `ack_tokens`, in one round trip where the backend
+  // can: a coordinator acknowledges the results it stored when it dispatches what they led it to
+  // propose. Returns the enqueue's status; the acknowledgement's goes to `*ack_status`.
+  [[nodiscard]] virtual absl::Status EnqueueBatchAndAck(
+      const std::string& stream, const std::vector<v1::EvaluationRequest>& requests,
+      const std::string& job_id, const std::vector<std::string>& ack_tokens,
+      absl::Status* ack_status);
   // Cancel: drops the job's queued and in-flight items (a later Complete of an in-flight one still
   // publishes its result) and its undelivered results.
   [[nodiscard]] virtual absl::Status PurgeJob(const std::string& job_id) = 0;

@@ -458,7 +458,24 @@ absl::Status JobDriver::DispatchProposed() {
     KF_ASSIGN_OR_RETURN(bool reused, Reuse(c));
     if (!reused) requests.push_back(RequestFor(c));
   }
-  return queue_.EnqueueBatch(stream_, requests);
+  absl::Status acked;
+  absl::Status sent =
+      queue_.EnqueueBatchAndAck(stream_, requests, job_id_, stored_unacked_, &acked);
+  WarnUnacked(acked, stored_unacked_.size());
+  stored_unacked_.clear();
+  return sent;
+}
+
+void JobDriver::AckStored() {
+  if (stored_unacked_.empty()) return;
+  WarnUnacked(queue_.AckResults(job_id_, stored_unacked_), stored_unacked_.size());
+  stored_unacked_.clear();
+}
+
+void JobDriver::WarnUnacked(const absl::Status& st, size_t tokens) {
+  // Harmless: the results come back and are duplicates then.
+  if (!st.ok())
+    log_->warn("job={} cannot acknowledge results={}: {}", job_id_, tokens, st.message());
 }
 
 std::string JobDriver::ReuseClass() const {
@@ -597,8 +614,9 @@ absl::Status JobDriver::ProposeWhileRoom() {
   return absl::OkStatus();
 }
 
-// Ingests a batch of results: stored in one transaction, acknowledged once committed (a result the
-// store could not take now is left unacknowledged and comes back), then fed to the engine.
+// Ingests a batch of results: stored in one transaction, acknowledged once committed (with the next
+// dispatch; a result the store could not take now is left unacknowledged and comes back), then fed
+// to the engine.
 absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
   // The finalists' re-measurement is no candidate's evaluation: it goes to the job, not the store's
   // evaluations. A stale one (from before a resume) is only acknowledged.
@@ -626,13 +644,8 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     log_->warn("job={} results={} not stored yet: {}", job_id_, rs.size(), put.status().message());
     return absl::OkStatus();
   }
-  std::vector<std::string> tokens;
-  tokens.reserve(batch.size());
-  for (const auto& d : batch) tokens.push_back(d.ack_token);
-  if (absl::Status st = queue_.AckResults(job_id_, tokens); !st.ok()) {
-    // Harmless: the results come back and are duplicates then.
-    log_->warn("job={} cannot acknowledge results={}: {}", job_id_, tokens.size(), st.message());
-  }
+  // Committed: acknowledged with the dispatch that follows (one round trip for both), or after it.
+  for (const auto& d : batch) stored_unacked_.push_back(d.ack_token);
   int64_t stored = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const v1::EvaluationResult& r = batch[i].result;
@@ -847,6 +860,7 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
   }
   KF_RETURN_IF_ERROR(IngestBatch(batch));
   KF_RETURN_IF_ERROR(Fill());
+  AckStored();  // when there was nothing to dispatch
   KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
   return true;
@@ -854,6 +868,7 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
 
 absl::StatusOr<bool> JobDriver::End() {
   ReleaseGate();
+  AckStored();
   if (ended_elsewhere_.has_value()) {
     // Someone else ended the job (a user's cancel): its pending work goes, what was paid for stays.
     log_->info("job={} ended elsewhere state={} reason=\"{}\"", job_id_, static_cast<int>(ended_elsewhere_->state()),

@@ -118,6 +118,10 @@ class JobDriver {
   absl::Status Fill();
   absl::Status FillOnce();
   absl::Status IngestBatch(std::vector<ResultDelivery>& batch);
+  // Acknowledges the stored results not yet acknowledged (DispatchProposed takes them along when
+  // it has something to send).
+  void AckStored();
+  void WarnUnacked(const absl::Status& st, size_t tokens);
   bool Done() const;
   // The job ends now: it failed, someone else ended it, or it was interrupted.
   bool Stopping() const;
@@ -187,6 +191,9 @@ class JobDriver {
   size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
   size_t dispatched_ = 0;        // cands_[0, dispatched_) are stored (and dispatched or reused)
   bool called_model_ = false;    // the last proposal made a model call
+  // Stored results' ack tokens: acknowledged in the round trip that dispatches the proposals they
+  // led to (a result acknowledged late only comes back, as a duplicate).
+  std::vector<std::string> stored_unacked_;
   static constexpr double kCheckpointSeconds = 0.25;
   double last_checkpoint_ = -1e9;     // when progress was last written (monotonic seconds)
   int64_t last_checkpoint_count_ = 0;

@@ -70,6 +70,49 @@ class TestQueue final : public ForwardingWorkQueue {
   }
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override {
+    auto r = Next(job_id, timeout_seconds);
+    if (r.ok() && r->has_value()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      unacked_.insert((*r)->ack_token);
+    }
+    return r;
+  }
+  absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override {
+    Acked({ack_token});
+    return inner_.AckResult(job_id, ack_token);
+  }
+  absl::Status AckResults(const std::string& job_id,
+                          const std::vector<std::string>& ack_tokens) override {
+    Acked(ack_tokens);
+    return inner_.AckResults(job_id, ack_tokens);
+  }
+  absl::Status EnqueueBatchAndAck(const std::string& stream,
+                                  const std::vector<v1::EvaluationRequest>& requests,
+                                  const std::string& job_id,
+                                  const std::vector<std::string>& ack_tokens,
+                                  absl::Status* ack_status) override {
+    Acked(ack_tokens);
+    if (!requests.empty() && !ack_tokens.empty()) acks_with_dispatch_.fetch_add(1);
+    return inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
+  }
+  int completed() const { return completed_.load(); }
+  int duplicates() const { return duplicates_.load(); }
+  bool reordered() const { return reordered_; }
+  // Results handed to the job and not acknowledged.
+  size_t unacked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unacked_.size();
+  }
+  // Acknowledgements that went with a dispatch.
+  int acks_with_dispatch() const { return acks_with_dispatch_.load(); }
+
+ private:
+  void Acked(const std::vector<std::string>& tokens) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& t : tokens) unacked_.erase(t);
+  }
+  absl::StatusOr<std::optional<ResultDelivery>> Next(const std::string& job_id,
+                                                     double timeout_seconds) {
     if (mode_ != QueueMode::kReorder) return inner_.NextResult(job_id, timeout_seconds);
     while (held_.size() < 2) {
       auto r = inner_.NextResult(job_id, held_.empty() ? timeout_seconds : 0.03);
@@ -87,17 +130,16 @@ class TestQueue final : public ForwardingWorkQueue {
     last_ = out.result.candidate_id();
     return std::optional<ResultDelivery>(std::move(out));
   }
-  int completed() const { return completed_.load(); }
-  int duplicates() const { return duplicates_.load(); }
-  bool reordered() const { return reordered_; }
 
- private:
   const QueueMode mode_;
   std::atomic<int> completed_{0};
   std::atomic<int> duplicates_{0};
   std::vector<ResultDelivery> held_;  // the job runner's thread only
   std::string last_;
   bool reordered_ = false;
+  std::mutex mu_;
+  std::set<std::string> unacked_;
+  std::atomic<int> acks_with_dispatch_{0};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -155,6 +197,8 @@ struct RunReport {
   int duplicates = 0;
   bool reordered = false;
   int dropped_completes = 0, dropped_deliveries = 0, dropped_acks = 0, duplicated = 0, shuffled = 0;
+  size_t unacked = 0;          // results handed to the job and never acknowledged
+  int acks_with_dispatch = 0;  // acknowledgements that went out with a dispatch
 };
 
 class JobRunnerTest : public ::testing::Test {
@@ -259,6 +303,8 @@ class JobRunnerTest : public ::testing::Test {
     rep.evaluated = queue.completed();
     rep.duplicates = queue.duplicates();
     rep.reordered = queue.reordered();
+    rep.unacked = queue.unacked();
+    rep.acks_with_dispatch = queue.acks_with_dispatch();
     if (faulty.has_value()) {
       const testing::QueueFaultCounts& c = faulty->counts();
       rep.dropped_completes = c.dropped_completes;
@@ -852,6 +898,20 @@ TEST_F(JobRunnerTest, ACandidateAModelPaidForIsStoredBeforeTheNextCall) {
     EXPECT_EQ(stored[i], static_cast<int64_t>(i) + 1) << "call " << i << ": the seed and every earlier child";
   }
   EXPECT_EQ(rep.job->progress().llm_tokens(), 150);
+}
+
+TEST_F(JobRunnerTest, EveryResultIsAcknowledgedMostWithTheNextDispatch) {
+  for (QueueMode mode : {QueueMode::kPlain, QueueMode::kDuplicate, QueueMode::kReorder}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    MemoryStore store;
+    RunReport rep =
+        Run(store, Submit(store, Spec(17, 40)), {.workers = 3, .slots = 3, .queue = mode});
+    KF_ASSERT_COMPLETED(rep);
+    EXPECT_EQ(rep.unacked, 0u)
+        << "a result left unacknowledged comes back to the next run of the job";
+    // Stored results are acknowledged in the round trip that dispatches what they led to.
+    EXPECT_GE(rep.acks_with_dispatch, 10);
+  }
 }
 
 TEST_F(JobRunnerTest, DuplicateResultsAreIngestedOnce) {

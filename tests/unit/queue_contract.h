@@ -631,6 +631,46 @@ TEST_P(QueueContractTest, AckResultsAcknowledgesEachTokenGiven) {
   EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
 }
 
+TEST_P(QueueContractTest, EnqueueBatchAndAckQueuesTheRequestsAndAcknowledgesTheTokens) {
+  for (const char* id : {"r1", "r2", "r3"}) MustEnqueue("opencl", MakeQueueRequest("j1", id));
+  for (int i = 0; i < 3; ++i) {
+    WorkItem item = MustDequeue("opencl");
+    ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item)).ok());
+  }
+  std::map<std::string, std::string> tokens;  // request id -> ack token
+  for (int i = 0; i < 3; ++i) {
+    auto d = NextDelivery("j1");
+    ASSERT_TRUE(d.has_value());
+    tokens[d->result.request_id()] = d->ack_token;
+  }
+  absl::Status acked = absl::UnknownError("not set");
+  ASSERT_TRUE(queue()
+                  .EnqueueBatchAndAck("opencl", {MakeQueueRequest("j1", "r4")}, "j1",
+                                      {tokens["r1"], tokens["r3"]}, &acked)
+                  .ok());
+  EXPECT_TRUE(acked.ok()) << acked;
+  // Nothing to send: the tokens are still acknowledged; no tokens: the requests still go.
+  acked = absl::UnknownError("not set");
+  ASSERT_TRUE(queue().EnqueueBatchAndAck("opencl", {}, "j1", {}, &acked).ok());
+  EXPECT_TRUE(acked.ok()) << acked;
+  acked = absl::UnknownError("not set");
+  ASSERT_TRUE(
+      queue().EnqueueBatchAndAck("opencl", {MakeQueueRequest("j1", "r5")}, "j1", {}, &acked).ok());
+  EXPECT_TRUE(acked.ok()) << acked;
+  std::vector<std::string> got;
+  for (int i = 0; i < 2; ++i) got.push_back(MustDequeue("opencl").request.request_id());
+  EXPECT_THAT(got, ElementsAre("r4", "r5"));
+  factory_->AdvanceTime(kRedeliver + 1);
+  auto again = NextDelivery("j1");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->result.request_id(), "r2");
+  acked = absl::UnknownError("not set");
+  ASSERT_TRUE(queue().EnqueueBatchAndAck("opencl", {}, "j1", {again->ack_token}, &acked).ok());
+  EXPECT_TRUE(acked.ok()) << acked;
+  factory_->AdvanceTime(kRedeliver * 2);
+  EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
+}
+
 TEST_P(QueueContractTest, UnacknowledgedResultComesBackOnANewQueue) {
   MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
   WorkItem a = MustDequeue("opencl");
