@@ -438,12 +438,21 @@ absl::Status RedisWorkQueue::Enqueue(const std::string& stream, const v1::Evalua
   return EnqueueMany(stream, {&request});
 }
 
-absl::Status RedisWorkQueue::EnqueueBatch(const std::string& stream,
-                                          const std::vector<v1::EvaluationRequest>& requests) {
+namespace {
+
+std::vector<const v1::EvaluationRequest*> Pointers(
+    const std::vector<v1::EvaluationRequest>& requests) {
   std::vector<const v1::EvaluationRequest*> all;
   all.reserve(requests.size());
   for (const auto& r : requests) all.push_back(&r);
-  return EnqueueMany(stream, all);
+  return all;
+}
+
+}  // namespace
+
+absl::Status RedisWorkQueue::EnqueueBatch(const std::string& stream,
+                                          const std::vector<v1::EvaluationRequest>& requests) {
+  return EnqueueMany(stream, Pointers(requests));
 }
 
 absl::Status RedisWorkQueue::EnqueueBatchAndAck(const std::string& stream,
@@ -451,27 +460,19 @@ absl::Status RedisWorkQueue::EnqueueBatchAndAck(const std::string& stream,
                                                 const std::string& job_id,
                                                 const std::vector<std::string>& ack_tokens,
                                                 absl::Status* ack_status) {
-  std::vector<const v1::EvaluationRequest*> all;
-  all.reserve(requests.size());
-  for (const auto& r : requests) all.push_back(&r);
-  *ack_status = absl::OkStatus();
-  if (all.empty() || ack_tokens.empty()) {
-    absl::Status enqueued = EnqueueMany(stream, all);
-    *ack_status = AckResults(job_id, ack_tokens);
-    return enqueued;
-  }
-  return EnqueueMany(stream, all, AckCommands(job_id, ack_tokens), ack_status);
+  AcksAlong along{.commands = AckCommands(job_id, ack_tokens)};
+  absl::Status enqueued =
+      EnqueueMany(stream, Pointers(requests), ack_tokens.empty() ? nullptr : &along);
+  // Not sent when the enqueue sent nothing (no requests, or it failed before its round trip).
+  *ack_status = along.sent ? along.status : AckResults(job_id, ack_tokens);
+  return enqueued;
 }
 
 absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
                                          const std::vector<const v1::EvaluationRequest*>& requests,
-                                         std::vector<std::vector<std::string>> acks,
-                                         absl::Status* ack_status) {
+                                         AcksAlong* along) {
   if (requests.empty()) return absl::OkStatus();
-  if (closed_.load()) {
-    if (ack_status != nullptr) *ack_status = absl::CancelledError("queue closed");
-    return absl::CancelledError("queue closed");
-  }
+  if (closed_.load()) return absl::CancelledError("queue closed");
   // The problem travels once (a key of its own); each entry names it. The script refuses an
   // entry whose problem is not there (it expired, or Redis lost it): store it again, then retry.
   std::vector<std::string> payloads;
@@ -496,19 +497,18 @@ absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
       commands.push_back({"EVAL", kEnqueueScript, "4", CandidateKeyOf(request), WorkKey(stream),
                           JobKey(request.job_id()), *problem_key, payloads[i], ttl});
     }
-    // The acknowledgements go after the requests: those are what a worker waits for.
-    const size_t acked = acks.size();
-    for (auto& a : acks) commands.push_back(std::move(a));
-    acks.clear();
+    // The acknowledgements go after the requests (those are what a worker waits for), once.
+    const bool with_acks = along != nullptr && !along->sent;
+    if (with_acks) commands.insert(commands.end(), along->commands.begin(), along->commands.end());
     absl::StatusOr<std::vector<Reply>> replies = Pipeline(commands);
-    if (!replies.ok()) {
-      if (ack_status != nullptr && acked > 0) *ack_status = replies.status();
-      return replies.status();
+    if (with_acks) {
+      along->sent = true;
+      along->status = replies.status();
+      for (size_t k = todo.size(); replies.ok() && along->status.ok() && k < replies->size(); ++k) {
+        along->status = ReplyError(*(*replies)[k], "EVAL");
+      }
     }
-    for (size_t k = todo.size(); k < todo.size() + acked; ++k) {
-      absl::Status st = ReplyError(*(*replies)[k], "EVAL");
-      if (!st.ok() && ack_status->ok()) *ack_status = st;
-    }
+    if (!replies.ok()) return replies.status();
     std::vector<size_t> again;
     for (size_t k = 0; k < todo.size(); ++k) {
       const redisReply& r = *(*replies)[k];

@@ -123,11 +123,16 @@ class RedisWorkQueue final : public WorkQueue {
   // see ReplyError), reconnecting with backoff on I/O errors and sending them all again then: only
   // for commands that are safe to repeat.
   absl::StatusOr<std::vector<Reply>> Pipeline(const std::vector<std::vector<std::string>>& commands);
-  // `acks`: commands sent along with the first attempt (AckCommands), their status to *ack_status.
+  // Commands sent along with an enqueue's first round trip (AckCommands), and how they fared.
+  struct AcksAlong {
+    std::vector<std::vector<std::string>> commands;
+    bool sent = false;
+    absl::Status status;  // once sent: the first error of the round trip or of their replies
+  };
+  // `along`: sent with the first attempt's round trip, when there is one.
   absl::Status EnqueueMany(const std::string& stream,
                            const std::vector<const v1::EvaluationRequest*>& requests,
-                           std::vector<std::vector<std::string>> acks = {},
-                           absl::Status* ack_status = nullptr);
+                           AcksAlong* along = nullptr);
   // AckResults' commands.
   std::vector<std::vector<std::string>> AckCommands(
       const std::string& job_id, const std::vector<std::string>& ack_tokens) const;

@@ -474,8 +474,9 @@ void JobDriver::AckStored() {
 
 void JobDriver::WarnUnacked(const absl::Status& st, size_t tokens) {
   // Harmless: the results come back and are duplicates then.
-  if (!st.ok())
+  if (!st.ok()) {
     log_->warn("job={} cannot acknowledge results={}: {}", job_id_, tokens, st.message());
+  }
 }
 
 std::string JobDriver::ReuseClass() const {
