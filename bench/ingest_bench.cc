@@ -93,6 +93,18 @@ class TimingQueue final : public ForwardingWorkQueue {
     return r;
   }
 
+  absl::StatusOr<std::vector<ResultDelivery>> NextResults(const std::string& job_id, size_t max,
+                                                          double timeout_seconds) override {
+    auto r = inner_.NextResults(job_id, max, timeout_seconds);
+    if (r.ok() && !r->empty()) {
+      const double now = bench::Now();
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& arrivals = arrivals_[job_id];
+      arrivals.insert(arrivals.end(), r->size(), now);
+    }
+    return r;
+  }
+
   void Dispatched(const v1::EvaluationRequest& request) {
     const double now = bench::Now();
     std::lock_guard<std::mutex> lock(mu_);

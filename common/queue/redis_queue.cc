@@ -14,8 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/hash.h"
 #include "absl/strings/strip.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
 
 namespace kforge {
 
@@ -806,6 +807,25 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
     }
     if (left <= 0 || std::chrono::steady_clock::now() >= until) return std::optional<ResultDelivery>();
   }
+}
+
+absl::StatusOr<std::vector<ResultDelivery>> RedisWorkQueue::NextResults(const std::string& job_id,
+                                                                        size_t max,
+                                                                        double timeout_seconds) {
+  std::vector<ResultDelivery> out;
+  if (max == 0) return out;
+  KF_ASSIGN_OR_RETURN(std::optional<ResultDelivery> first, NextResult(job_id, timeout_seconds));
+  if (!first.has_value()) return out;
+  out.push_back(*std::move(first));
+  // A read for more would mostly come back empty: what arrives meanwhile waits for the next call.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = read_ahead_.find(job_id); it != read_ahead_.end()) {
+    while (out.size() < max && !it->second.empty()) {
+      out.push_back(std::move(it->second.front()));
+      it->second.pop_front();
+    }
+  }
+  return out;
 }
 
 absl::Status RedisWorkQueue::AckResult(const std::string& job_id, const std::string& ack_token) {

@@ -87,6 +87,9 @@ class RedisWorkQueue final : public WorkQueue {
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override;
+  // NextResult, then what its read brought along: no round trip looks for more.
+  absl::StatusOr<std::vector<ResultDelivery>> NextResults(const std::string& job_id, size_t max,
+                                                          double timeout_seconds) override;
   absl::Status AckResult(const std::string& job_id, const std::string& ack_token) override;
   // One round trip (XACK + XDEL of every token).
   absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override;

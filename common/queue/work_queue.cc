@@ -4,9 +4,9 @@
 
 namespace kforge {
 
-// Decorators (ForwardingWorkQueue) keep these three: a decorator that changes Enqueue or AckResult
-// sees every request and token. One on the coordinator's path that wants the backend's single
-// round trips forwards them itself.
+// Decorators (ForwardingWorkQueue) keep these and NextResults: a decorator that changes Enqueue,
+// AckResult or NextResult sees every request, token and result. One on the coordinator's path that
+// wants the backend's single round trips forwards them itself.
 absl::Status WorkQueue::EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) {
   for (const auto& r : requests) {
     if (absl::Status st = Enqueue(stream, r); !st.ok()) return st;
@@ -29,6 +29,23 @@ absl::Status WorkQueue::EnqueueBatchAndAck(const std::string& stream,
   absl::Status enqueued = EnqueueBatch(stream, requests);
   *ack_status = AckResults(job_id, ack_tokens);
   return enqueued;
+}
+
+absl::StatusOr<std::vector<ResultDelivery>> WorkQueue::NextResults(const std::string& job_id,
+                                                                   size_t max,
+                                                                   double timeout_seconds) {
+  std::vector<ResultDelivery> out;
+  while (out.size() < max) {
+    absl::StatusOr<std::optional<ResultDelivery>> next =
+        NextResult(job_id, out.empty() ? timeout_seconds : 0);
+    if (!next.ok()) {
+      if (out.empty()) return next.status();
+      break;  // those taken are handed out: they go back to the caller, the error comes again
+    }
+    if (!next->has_value()) break;
+    out.push_back(**std::move(next));
+  }
+  return out;
 }
 
 v1::EvaluationResult PoisonResult(const v1::EvaluationRequest& request, int deliveries) {

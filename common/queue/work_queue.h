@@ -79,6 +79,11 @@ class WorkQueue {
   // acknowledged with AckResult.
   [[nodiscard]] virtual absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                                                  double timeout_seconds) = 0;
+  // Up to `max` of the job's results: waits up to timeout_seconds for the first, then takes those
+  // already at hand, in as few round trips as the backend can (Redis: only what the read of the
+  // first brought along). Each is owed like NextResult's.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<ResultDelivery>> NextResults(
+      const std::string& job_id, size_t max, double timeout_seconds);
   // The result was committed to the store (or judged unusable): it is not handed out again.
   [[nodiscard]] virtual absl::Status AckResult(const std::string& job_id, const std::string& ack_token) = 0;
   // AckResult of each token, in as few round trips as the backend can. Stops at the first error

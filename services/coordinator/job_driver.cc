@@ -849,16 +849,12 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
   KF_RETURN_IF_ERROR(Fill());
   KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
-  KF_ASSIGN_OR_RETURN(auto delivery, queue_.NextResult(job_id_, reused_waiting_ ? 0 : wait_seconds));
-  if (!delivery.has_value()) return true;
-  std::vector<ResultDelivery> batch;
-  batch.push_back(*std::move(delivery));
-  // Whatever else has arrived goes into the same transaction.
-  while (static_cast<int>(batch.size()) < options_.ingest_batch) {
-    KF_ASSIGN_OR_RETURN(auto more, queue_.NextResult(job_id_, 0));
-    if (!more.has_value()) break;
-    batch.push_back(*std::move(more));
-  }
+  // Whatever has arrived with the first result goes into the same transaction.
+  KF_ASSIGN_OR_RETURN(
+      std::vector<ResultDelivery> batch,
+      queue_.NextResults(job_id_, static_cast<size_t>(std::max(1, options_.ingest_batch)),
+                         reused_waiting_ ? 0 : wait_seconds));
+  if (batch.empty()) return true;
   KF_RETURN_IF_ERROR(IngestBatch(batch));
   KF_RETURN_IF_ERROR(Fill());
   AckStored();  // when there was nothing to dispatch

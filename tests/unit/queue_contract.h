@@ -668,6 +668,40 @@ TEST_P(QueueContractTest, EnqueueBatchAndAckQueuesTheRequestsAndAcknowledgesTheT
   EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
 }
 
+TEST_P(QueueContractTest, NextResultsTakesTheResultsAtHandOwedLikeNextResults) {
+  EXPECT_TRUE(queue().NextResults("j1", 8, 0.05)->empty());
+  for (const char* id : {"r1", "r2", "r3", "r4"}) MustEnqueue("opencl", MakeQueueRequest("j1", id));
+  for (int i = 0; i < 4; ++i) {
+    WorkItem item = MustDequeue("opencl");
+    ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item)).ok());
+  }
+  // At most `max` a call, each once, in the order they came; none when `max` is 0.
+  EXPECT_TRUE(queue().NextResults("j1", 0, 0.05)->empty());
+  std::vector<ResultDelivery> got;
+  for (int call = 0; call < 8 && got.size() < 4; ++call) {
+    absl::StatusOr<std::vector<ResultDelivery>> some = queue().NextResults("j1", 3, 1.0);
+    ASSERT_TRUE(some.ok()) << some.status();
+    ASSERT_FALSE(some->empty());
+    EXPECT_LE(some->size(), 3u);
+    for (auto& d : *some) got.push_back(std::move(d));
+  }
+  std::vector<std::string> ids;
+  for (const auto& d : got) ids.push_back(d.result.request_id());
+  EXPECT_THAT(ids, ElementsAre("r1", "r2", "r3", "r4"));
+  // Owed until acknowledged: the unacknowledged one comes back, through either call.
+  ASSERT_TRUE(
+      queue().AckResults("j1", {got[0].ack_token, got[1].ack_token, got[3].ack_token}).ok());
+  EXPECT_TRUE(queue().NextResults("j1", 8, 0.05)->empty());
+  factory_->AdvanceTime(kRedeliver + 1);
+  absl::StatusOr<std::vector<ResultDelivery>> again = queue().NextResults("j1", 8, 1.0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ((*again)[0].result.request_id(), "r3");
+  ASSERT_TRUE(queue().AckResult("j1", (*again)[0].ack_token).ok());
+  factory_->AdvanceTime(kRedeliver * 2);
+  EXPECT_FALSE(NextDelivery("j1", 0.05).has_value());
+}
+
 TEST_P(QueueContractTest, UnacknowledgedResultComesBackOnANewQueue) {
   MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
   WorkItem a = MustDequeue("opencl");
