@@ -60,6 +60,13 @@ class MeteredStore final : public Store {
                                                          int64_t fence) override {
     return Timed("put_evaluations", [&] { return inner_.PutEvaluations(job_id, results, fence); });
   }
+  absl::StatusOr<StepOutcome> PutEvaluationsAndCandidates(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+      absl::Span<const v1::Candidate> candidates, int64_t fence) override {
+    return Timed("put_evaluations_and_candidates", [&] {
+      return inner_.PutEvaluationsAndCandidates(job_id, results, candidates, fence);
+    });
+  }
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override {
     return Timed("list_evaluations", [&] { return inner_.ListEvaluations(job_id); });
   }

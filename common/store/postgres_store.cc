@@ -183,6 +183,107 @@ bool StoredBody(pqxx::transaction_base& w, const char* query, const std::string&
   return !mine.empty() && Bytes(mine[0][0]) == body;
 }
 
+// A retry after a lost commit answer: the candidates refused as duplicates that this batch had
+// stored (the same body) were inserted by it.
+void FindStoredCandidates(pqxx::transaction_base& w, const std::string& job_id,
+                          absl::Span<const v1::Candidate> candidates,
+                          const std::vector<std::string>& bodies, std::vector<bool>& out,
+                          std::set<std::string>& done) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (out[i] || done.contains(candidates[i].id())) continue;
+    if (StoredBody(w, "SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id,
+                   candidates[i].id(), bodies[i])) {
+      out[i] = true;
+      done.insert(candidates[i].id());
+    }
+  }
+}
+
+// Likewise for evaluations.
+void FindStoredEvaluations(pqxx::transaction_base& w, const std::string& job_id,
+                           const std::vector<v1::EvaluationResult>& results,
+                           const std::vector<std::string>& bodies, std::vector<PutOutcome>& out,
+                           std::set<std::string>& done) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& cid = results[i].candidate_id();
+    if (out[i] != PutOutcome::kDuplicate || done.contains(cid)) continue;
+    if (StoredBody(w, "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2",
+                   job_id, cid, bodies[i])) {
+      out[i] = PutOutcome::kStored;
+      done.insert(cid);
+    }
+  }
+}
+
+// The VALUES entry of candidate `i` for the insert below.
+std::string CandidateRow(pqxx::transaction_base& w, size_t i, const v1::Candidate& c,
+                         const std::string& body) {
+  return absl::StrCat("(", i, ",", w.quote(c.id()), ",", w.quote(c.content_hash()), ",",
+                      c.sequence(), "::int8,", w.quote_raw(body), "::bytea)");
+}
+
+// The CTEs that insert the candidates of VALUES `values` as `v` (the first of two with one id or
+// content hash wins), returning the inserted rows as `ins`; they need the CTE `j` (the job's row,
+// locked: see FencedBatch).
+std::string InsertCandidatesCtes(const std::string& job, int64_t fence, const std::string& values,
+                                 const char* v, const char* ins) {
+  return absl::StrCat(
+      v, "(ord, id, hash, seq, body) AS (VALUES ", values, "), ", ins,
+      " AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job, ", ",
+      v, ".id, ", v, ".hash, ", v, ".seq, ", v, ".body FROM ", v, ", j WHERE ", fence,
+      " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
+      ".ord ON CONFLICT DO NOTHING RETURNING id, content_hash)");
+}
+
+// Per candidate of `v`: whether it was inserted. By id and hash: of two rows with one id, the one
+// inserted may be the second.
+std::string CandidateOutcomes(const char* v, const char* ins) {
+  return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, (", v, ".id, ", v,
+                      ".hash) IN (SELECT id, content_hash FROM ", ins, ") FROM ", v);
+}
+
+// The VALUES entry of result `i` ("" for a result of another job: it is left out).
+std::string EvaluationRow(pqxx::transaction_base& w, const std::string& job_id, size_t i,
+                          const v1::EvaluationResult& r, const std::string& body) {
+  if (r.job_id() != job_id) return "";
+  return absl::StrCat("(", i, ",", w.quote(r.candidate_id()), ",", static_cast<int>(r.outcome()),
+                      ",", w.quote(absl::StrFormat("%.17g", r.speedup())), "::float8,",
+                      w.quote_raw(body), "::bytea)");
+}
+
+// The CTEs that insert the results of VALUES `values` as `v` whose candidate exists (the first of
+// two for one candidate wins), returning the candidates evaluated as `ins`; they need `j`.
+std::string InsertEvaluationsCtes(const std::string& job, int64_t fence, const std::string& values,
+                                  const char* v, const char* ins) {
+  return absl::StrCat(
+      v, "(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ", ins,
+      " AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
+      ", ", v, ".cid, ", v, ".outcome, ", v, ".speedup, ", v, ".body FROM ", v,
+      " JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid, j WHERE ", fence,
+      " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
+      ".ord ON CONFLICT DO NOTHING RETURNING candidate_id)");
+}
+
+// Per result of `v`: whether its candidate exists and whether it was inserted.
+std::string EvaluationOutcomes(const std::string& job, const char* v, const char* ins) {
+  return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, c.id IS NOT NULL, ", v,
+                      ".cid IN (SELECT candidate_id FROM ", ins, ") FROM ", v,
+                      " LEFT JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid");
+}
+
+std::string LockJobCte(const std::string& job) {
+  return absl::StrCat("WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ");
+}
+
+// PutEvaluations' outcome of a result from its row (candidate exists, inserted); `done` holds the
+// candidates given kStored in this batch (the first of two results for one candidate wins).
+PutOutcome EvaluationOutcome(const pqxx::row& row, int exists, const std::string& candidate_id,
+                             std::set<std::string>& done) {
+  if (!row[exists].as<bool>()) return PutOutcome::kUnknownCandidate;
+  return row[exists + 1].as<bool>() && done.insert(candidate_id).second ? PutOutcome::kStored
+                                                                        : PutOutcome::kDuplicate;
+}
+
 }  // namespace
 
 bool IsPostgresUrl(const std::string& db) {
@@ -471,33 +572,16 @@ absl::StatusOr<std::vector<bool>> PostgresStore::InsertCandidates(const std::str
         // wins), and per candidate whether it was inserted.
         KF_RETURN_IF_ERROR(FencedBatch(
             w, job_id, fence, candidates.size(),
-            [&](size_t i) {
-              const auto& c = candidates[i];
-              return absl::StrCat("(", i, ",", w.quote(c.id()), ",", w.quote(c.content_hash()), ",", c.sequence(),
-                                  "::int8,", w.quote_raw(bodies[i]), "::bytea)");
-            },
+            [&](size_t i) { return CandidateRow(w, i, candidates[i], bodies[i]); },
             [&](const std::string& values) {
-              return absl::StrCat(
-                  "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
-                  "v(ord, id, hash, seq, body) AS (VALUES ", values, "), ",
-                  "ins AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job,
-                  ", v.id, v.hash, v.seq, v.body FROM v, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
-                  " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING id, content_hash) ",
-                  // By id and hash: of two rows with one id, the one inserted may be the second.
-                  "SELECT (SELECT lease_token FROM j), v.ord, (v.id, v.hash) IN (SELECT id, content_hash FROM ins) "
-                  "FROM v ORDER BY v.ord");
+              return absl::StrCat(LockJobCte(job),
+                                  InsertCandidatesCtes(job, fence, values, "v", "ins"), " ",
+                                  CandidateOutcomes("v", "ins"), " ORDER BY v.ord");
             },
             [&](size_t i, const pqxx::row& row) {
               out[i] = row[2].as<bool>() && done.insert(candidates[i].id()).second;
             }));
-        for (size_t i = 0; attempt > 1 && i < candidates.size(); ++i) {
-          if (out[i] || done.contains(candidates[i].id())) continue;
-          if (StoredBody(w, "SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id, candidates[i].id(),
-                         bodies[i])) {
-            out[i] = true;
-            done.insert(candidates[i].id());
-          }
-        }
+        if (attempt > 1) FindStoredCandidates(w, job_id, candidates, bodies, out, done);
         return out;
       },
       -1, /*single_statement=*/candidates.size() <= kBatchRows);
@@ -529,42 +613,81 @@ absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std:
         // wins), and per result whether its candidate exists and whether it was inserted.
         KF_RETURN_IF_ERROR(FencedBatch(
             w, job_id, fence, results.size(),
-            [&](size_t i) -> std::string {
-              const auto& r = results[i];
-              if (r.job_id() != job_id) return "";
-              return absl::StrCat("(", i, ",", w.quote(r.candidate_id()), ",", static_cast<int>(r.outcome()), ",",
-                                  absl::StrFormat("%.17g", r.speedup()), "::float8,", w.quote_raw(bodies[i]),
-                                  "::bytea)");
-            },
+            [&](size_t i) { return EvaluationRow(w, job_id, i, results[i], bodies[i]); },
             [&](const std::string& values) {
-              return absl::StrCat(
-                  "WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ",
-                  "v(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ",
-                  "ins AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
-                  ", v.cid, v.outcome, v.speedup, v.body FROM v JOIN candidates c ON c.job_id = ", job,
-                  " AND c.id = v.cid, j WHERE ", fence, " = 0 OR j.lease_token = ", fence,
-                  " ORDER BY v.ord ON CONFLICT DO NOTHING RETURNING candidate_id) ",
-                  "SELECT (SELECT lease_token FROM j), v.ord, c.id IS NOT NULL, v.cid IN (SELECT candidate_id FROM "
-                  "ins) FROM v LEFT JOIN candidates c ON c.job_id = ",
-                  job, " AND c.id = v.cid ORDER BY v.ord");
+              return absl::StrCat(LockJobCte(job),
+                                  InsertEvaluationsCtes(job, fence, values, "v", "ins"), " ",
+                                  EvaluationOutcomes(job, "v", "ins"), " ORDER BY v.ord");
             },
             [&](size_t i, const pqxx::row& row) {
-              if (!row[2].as<bool>()) return;
-              out[i] = row[3].as<bool>() && done.insert(results[i].candidate_id()).second ? PutOutcome::kStored
-                                                                                         : PutOutcome::kDuplicate;
+              out[i] = EvaluationOutcome(row, 2, results[i].candidate_id(), done);
             }));
-        for (size_t i = 0; attempt > 1 && i < results.size(); ++i) {
-          const std::string& cid = results[i].candidate_id();
-          if (out[i] != PutOutcome::kDuplicate || done.contains(cid)) continue;
-          if (StoredBody(w, "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2", job_id, cid,
-                         bodies[i])) {
-            out[i] = PutOutcome::kStored;
-            done.insert(cid);
-          }
-        }
+        if (attempt > 1) FindStoredEvaluations(w, job_id, results, bodies, out, done);
         return out;
       },
       -1, /*single_statement=*/results.size() <= kBatchRows);
+}
+
+absl::StatusOr<StepOutcome> PostgresStore::PutEvaluationsAndCandidates(
+    const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+    absl::Span<const v1::Candidate> candidates, int64_t fence) {
+  const bool any_result =
+      std::any_of(results.begin(), results.end(),
+                  [&](const v1::EvaluationResult& r) { return r.job_id() == job_id; });
+  if (!any_result || candidates.empty() || results.size() > kBatchRows ||
+      candidates.size() > kBatchRows) {
+    return Store::PutEvaluationsAndCandidates(job_id, results, candidates,
+                                              fence);  // one of them, or in chunks
+  }
+  if (absl::Status st = CheckCandidatesJob(job_id, candidates); !st.ok()) return st;
+  std::vector<std::string> result_bodies, candidate_bodies;
+  result_bodies.reserve(results.size());
+  for (const auto& r : results) result_bodies.push_back(r.SerializeAsString());
+  candidate_bodies.reserve(candidates.size());
+  for (const auto& c : candidates) candidate_bodies.push_back(c.SerializeAsString());
+  return WithTransaction<StepOutcome>(
+      "insert evaluations and candidates",
+      [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<StepOutcome> {
+        StepOutcome out{std::vector<PutOutcome>(results.size(), PutOutcome::kUnknownCandidate),
+                        std::vector<bool>(candidates.size(), false)};
+        std::set<std::string> evaluated, inserted;  // given kStored / true in this call
+        const std::string job = w.quote(job_id);
+        std::string result_values, candidate_values;
+        for (size_t i = 0; i < results.size(); ++i) {
+          const std::string v = EvaluationRow(w, job_id, i, results[i], result_bodies[i]);
+          if (!v.empty()) absl::StrAppend(&result_values, result_values.empty() ? "" : ",", v);
+        }
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          absl::StrAppend(&candidate_values, i == 0 ? "" : ",",
+                          CandidateRow(w, i, candidates[i], candidate_bodies[i]));
+        }
+        // One statement: the fence check, both inserts (the evaluations' candidates are those
+        // stored before it: every CTE sees the statement's starting snapshot), and the outcomes,
+        // the results' rows first (0) and the candidates' (1).
+        const pqxx::result rows = w.exec(absl::StrCat(
+            LockJobCte(job), InsertEvaluationsCtes(job, fence, result_values, "ve", "inse"), ", ",
+            InsertCandidatesCtes(job, fence, candidate_values, "vc", "insc"),
+            " SELECT eo.token, eo.ord, eo.present, eo.inserted, 0 FROM (",
+            EvaluationOutcomes(job, "ve", "inse"),
+            ") eo(token, ord, present, inserted) UNION ALL SELECT co.token, co.ord, true, "
+            "co.inserted, 1 FROM (",
+            CandidateOutcomes("vc", "insc"), ") co(token, ord, inserted) ORDER BY 5, 2"));
+        KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(rows)));
+        for (const pqxx::row& row : rows) {
+          const size_t i = row[1].as<size_t>();
+          if (row[4].as<int>() == 0) {
+            out.evaluations[i] = EvaluationOutcome(row, 2, results[i].candidate_id(), evaluated);
+          } else {
+            out.candidates[i] = row[3].as<bool>() && inserted.insert(candidates[i].id()).second;
+          }
+        }
+        if (attempt > 1) {
+          FindStoredEvaluations(w, job_id, results, result_bodies, out.evaluations, evaluated);
+          FindStoredCandidates(w, job_id, candidates, candidate_bodies, out.candidates, inserted);
+        }
+        return out;
+      },
+      -1, /*single_statement=*/true);
 }
 
 absl::StatusOr<std::vector<v1::EvaluationResult>> PostgresStore::ListEvaluations(const std::string& job_id) {

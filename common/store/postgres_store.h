@@ -54,6 +54,10 @@ class PostgresStore final : public Store {
   absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(const std::string& job_id,
                                                          const std::vector<v1::EvaluationResult>& results,
                                                          int64_t fence) override;
+  // One statement (both inserts and their outcomes) when both are there and each fits in one.
+  absl::StatusOr<StepOutcome> PutEvaluationsAndCandidates(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+      absl::Span<const v1::Candidate> candidates, int64_t fence) override;
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
   absl::StatusOr<std::vector<v1::EvaluationResult>> FindEvaluations(const EvaluationQuery& query) override;
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, int64_t fence) override;

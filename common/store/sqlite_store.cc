@@ -7,8 +7,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/store/record.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/store/record.h"
 
 namespace kforge {
 
@@ -403,16 +404,27 @@ absl::StatusOr<std::vector<bool>> SqliteStore::InsertCandidates(const std::strin
   std::lock_guard<std::mutex> lock(mu_);
   return InTransaction<std::vector<bool>>([&]() -> absl::StatusOr<std::vector<bool>> {
     if (absl::Status st = CheckWritable(job_id, fence); !st.ok()) return st;
-    std::vector<bool> out;
-    out.reserve(candidates.size());
-    for (const auto& c : candidates) {
-      Stmt s(db_, "INSERT OR IGNORE INTO candidates (job_id, id, content_hash, sequence, body) VALUES (?, ?, ?, ?, ?)");
-      s.Text(1, c.job_id()).Text(2, c.id()).Text(3, c.content_hash()).Int(4, c.sequence()).Blob(5, c.SerializeAsString());
-      if (s.Step() != SQLITE_DONE) return Error("insert candidate");
-      out.push_back(sqlite3_changes(db_) > 0);
-    }
-    return out;
+    return InsertCandidateRows(candidates);
   });
+}
+
+absl::StatusOr<std::vector<bool>> SqliteStore::InsertCandidateRows(
+    absl::Span<const v1::Candidate> candidates) {
+  std::vector<bool> out;
+  out.reserve(candidates.size());
+  for (const auto& c : candidates) {
+    Stmt s(db_,
+           "INSERT OR IGNORE INTO candidates (job_id, id, content_hash, sequence, body) VALUES (?, "
+           "?, ?, ?, ?)");
+    s.Text(1, c.job_id())
+        .Text(2, c.id())
+        .Text(3, c.content_hash())
+        .Int(4, c.sequence())
+        .Blob(5, c.SerializeAsString());
+    if (s.Step() != SQLITE_DONE) return Error("insert candidate");
+    out.push_back(sqlite3_changes(db_) > 0);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<v1::Candidate>> SqliteStore::ListCandidates(const std::string& job_id) {
@@ -429,21 +441,45 @@ absl::StatusOr<std::vector<PutOutcome>> SqliteStore::PutEvaluations(const std::s
   std::lock_guard<std::mutex> lock(mu_);
   return InTransaction<std::vector<PutOutcome>>([&]() -> absl::StatusOr<std::vector<PutOutcome>> {
     if (absl::Status st = CheckWritable(job_id, fence); !st.ok()) return st;
-    std::vector<PutOutcome> out;
-    out.reserve(results.size());
-    for (const auto& r : results) {
-      Stmt c(db_, "SELECT 1 FROM candidates WHERE job_id = ? AND id = ?");
-      c.Text(1, job_id).Text(2, r.candidate_id());
-      if (r.job_id() != job_id || c.Step() != SQLITE_ROW) {
-        out.push_back(PutOutcome::kUnknownCandidate);
-        continue;
-      }
-      Stmt s(db_,
-             "INSERT OR IGNORE INTO evaluations (job_id, candidate_id, outcome, speedup, body) VALUES (?, ?, ?, ?, ?)");
-      s.Text(1, job_id).Text(2, r.candidate_id()).Int(3, r.outcome()).Real(4, r.speedup()).Blob(5, r.SerializeAsString());
-      if (s.Step() != SQLITE_DONE) return Error("insert evaluation");
-      out.push_back(sqlite3_changes(db_) > 0 ? PutOutcome::kStored : PutOutcome::kDuplicate);
+    return PutEvaluationRows(job_id, results);
+  });
+}
+
+absl::StatusOr<std::vector<PutOutcome>> SqliteStore::PutEvaluationRows(
+    const std::string& job_id, const std::vector<v1::EvaluationResult>& results) {
+  std::vector<PutOutcome> out;
+  out.reserve(results.size());
+  for (const auto& r : results) {
+    Stmt c(db_, "SELECT 1 FROM candidates WHERE job_id = ? AND id = ?");
+    c.Text(1, job_id).Text(2, r.candidate_id());
+    if (r.job_id() != job_id || c.Step() != SQLITE_ROW) {
+      out.push_back(PutOutcome::kUnknownCandidate);
+      continue;
     }
+    Stmt s(db_,
+           "INSERT OR IGNORE INTO evaluations (job_id, candidate_id, outcome, speedup, body) "
+           "VALUES (?, ?, ?, ?, ?)");
+    s.Text(1, job_id)
+        .Text(2, r.candidate_id())
+        .Int(3, r.outcome())
+        .Real(4, r.speedup())
+        .Blob(5, r.SerializeAsString());
+    if (s.Step() != SQLITE_DONE) return Error("insert evaluation");
+    out.push_back(sqlite3_changes(db_) > 0 ? PutOutcome::kStored : PutOutcome::kDuplicate);
+  }
+  return out;
+}
+
+absl::StatusOr<StepOutcome> SqliteStore::PutEvaluationsAndCandidates(
+    const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+    absl::Span<const v1::Candidate> candidates, int64_t fence) {
+  if (absl::Status st = CheckCandidatesJob(job_id, candidates); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransaction<StepOutcome>([&]() -> absl::StatusOr<StepOutcome> {
+    if (absl::Status st = CheckWritable(job_id, fence); !st.ok()) return st;
+    StepOutcome out;
+    KF_ASSIGN_OR_RETURN(out.evaluations, PutEvaluationRows(job_id, results));
+    KF_ASSIGN_OR_RETURN(out.candidates, InsertCandidateRows(candidates));
     return out;
   });
 }

@@ -39,6 +39,10 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(const std::string& job_id,
                                                          const std::vector<v1::EvaluationResult>& results,
                                                          int64_t fence) override;
+  // One transaction.
+  absl::StatusOr<StepOutcome> PutEvaluationsAndCandidates(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+      absl::Span<const v1::Candidate> candidates, int64_t fence) override;
   absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(const std::string& job_id) override;
   absl::StatusOr<std::vector<v1::EvaluationResult>> FindEvaluations(const EvaluationQuery& query) override;
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, int64_t fence) override;
@@ -66,6 +70,10 @@ class SqliteStore final : public Store {
   bool JobExists(const std::string& job_id);
   // NotFound for an unknown job, FailedPrecondition for a stale fence.
   absl::Status CheckWritable(const std::string& job_id, int64_t fence);
+  // The rows of InsertCandidates and PutEvaluations, inside the caller's transaction.
+  absl::StatusOr<std::vector<bool>> InsertCandidateRows(absl::Span<const v1::Candidate> candidates);
+  absl::StatusOr<std::vector<PutOutcome>> PutEvaluationRows(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results);
   // Runs `fn` inside BEGIN IMMEDIATE ... COMMIT (rolled back when it fails); the caller holds mu_.
   template <typename T, typename Fn>
   absl::StatusOr<T> InTransaction(Fn fn);

@@ -52,6 +52,13 @@ inline constexpr int64_t kNoFence = 0;
 // What PutEvaluations did with each result of a batch.
 enum class PutOutcome { kStored, kDuplicate, kUnknownCandidate };
 
+// What PutEvaluationsAndCandidates did: per result as PutEvaluations, per candidate as
+// InsertCandidates.
+struct StepOutcome {
+  std::vector<PutOutcome> evaluations;
+  std::vector<bool> candidates;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -106,6 +113,14 @@ class Store {
   // is kUnknownCandidate.
   [[nodiscard]] virtual absl::StatusOr<std::vector<PutOutcome>> PutEvaluations(
       const std::string& job_id, const std::vector<v1::EvaluationResult>& results, int64_t fence) = 0;
+  // A coordinator step's writes: PutEvaluations of `results`, then InsertCandidates of
+  // `candidates` (so a result cannot name a candidate of the same call), in one transaction and
+  // one round trip where the backend can (PostgreSQL, SQLite). The outcomes and errors are theirs;
+  // on an error the evaluations may have been stored where the backend writes them apart (the
+  // default: the two calls in turn).
+  [[nodiscard]] virtual absl::StatusOr<StepOutcome> PutEvaluationsAndCandidates(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+      absl::Span<const v1::Candidate> candidates, int64_t fence);
   // One result: true when stored, false for a duplicate, NotFound for an unknown candidate.
   [[nodiscard]] absl::StatusOr<bool> PutEvaluation(const v1::EvaluationResult& result, int64_t fence);
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::EvaluationResult>> ListEvaluations(

@@ -210,10 +210,9 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
   }
   if (!notify) return absl::OkStatus();
   if (improved) {
-    v1::JobEvent ev = Event();
+    v1::JobEvent& ev = notices_.emplace_back(Event());
     *ev.mutable_improved() = c;
     *ev.mutable_progress() = ProgressNow();
-    KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());
   }
   if (progress_) {
     Progress p;
@@ -232,18 +231,60 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
   // Checkpoint progress now and then, so that a killed run resumes with its elapsed time (the
   // wall-time budget) and a watcher sees progress.
   if (improved || CheckpointDue()) {
-    const v1::JobProgress now = ProgressNow();
     last_checkpoint_ = clock_.MonotonicSeconds();
     last_checkpoint_count_ = ingested_count_;
-    *job_.mutable_progress() = now;
-    KF_RETURN_IF_ERROR(SaveJob());
-    if (ended_elsewhere_.has_value()) return absl::OkStatus();
-    if (!improved) {
-      v1::JobEvent ev = Event();  // progress only
-      *ev.mutable_progress() = now;
-      KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());
+    checkpoint_due_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::WriteNotices() {
+  if (notices_.empty() && !checkpoint_due_) return absl::OkStatus();
+  KF_RETURN_IF_ERROR(StoreResults());  // an event names evaluations: they are stored first
+  const bool improved = !notices_.empty();
+  std::vector<v1::JobEvent> events = std::move(notices_);
+  notices_.clear();
+  for (v1::JobEvent& ev : events) {
+    SetTimestamp(ev.mutable_time(), clock_.WallSeconds());  // in sequence order with the others
+    KF_RETURN_IF_ERROR(store_.AppendEvent(std::move(ev), fence_).status());
+  }
+  if (!checkpoint_due_) return absl::OkStatus();
+  checkpoint_due_ = false;
+  const v1::JobProgress now = ProgressNow();
+  *job_.mutable_progress() = now;
+  KF_RETURN_IF_ERROR(SaveJob());
+  if (ended_elsewhere_.has_value() || improved) return absl::OkStatus();
+  v1::JobEvent ev = Event();  // progress only
+  *ev.mutable_progress() = now;
+  return store_.AppendEvent(ev, fence_).status();
+}
+
+absl::Status JobDriver::StoreResults() {
+  if (unstored_.empty()) return ResultsStored({});
+  KF_ASSIGN_OR_RETURN(std::vector<PutOutcome> put,
+                      store_.PutEvaluations(job_id_, unstored_, fence_));
+  return ResultsStored(put);
+}
+
+absl::Status JobDriver::ResultsStored(const std::vector<PutOutcome>& outcomes) {
+  if (outcomes.size() != unstored_.size()) {
+    return absl::InternalError(absl::StrCat("the store answered ", outcomes.size(),
+                                            " outcomes for ", unstored_.size(), " evaluations"));
+  }
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    // This driver knew each of them to be new: the store disagreeing means that someone else wrote
+    // the job's evaluations (a coordinator of the same name that kept its lease token). The stored
+    // one stays; the engine keeps what it took.
+    if (outcomes[i] != PutOutcome::kStored) {
+      log_->warn("job={} the evaluation of candidate={} {}", job_id_, unstored_[i].candidate_id(),
+                 outcomes[i] == PutOutcome::kDuplicate ? "was stored by someone else"
+                                                       : "names no stored candidate");
     }
   }
+  unstored_.clear();
+  stored_unacked_.insert(stored_unacked_.end(), std::make_move_iterator(unstored_tokens_.begin()),
+                         std::make_move_iterator(unstored_tokens_.end()));
+  unstored_tokens_.clear();
   return absl::OkStatus();
 }
 
@@ -447,7 +488,15 @@ absl::Status JobDriver::DispatchProposed() {
   const size_t from = dispatched_;
   if (from >= cands_.size()) return absl::OkStatus();
   const absl::Span<const v1::Candidate> batch = absl::MakeConstSpan(cands_).subspan(from);
-  KF_ASSIGN_OR_RETURN(std::vector<bool> inserted, store_.InsertCandidates(job_id_, batch, fence_));
+  // The results they came from go in the same write.
+  KF_ASSIGN_OR_RETURN(StepOutcome written,
+                      store_.PutEvaluationsAndCandidates(job_id_, unstored_, batch, fence_));
+  KF_RETURN_IF_ERROR(ResultsStored(written.evaluations));
+  const std::vector<bool>& inserted = written.candidates;
+  if (inserted.size() != batch.size()) {
+    return absl::InternalError(absl::StrCat("the store answered ", inserted.size(),
+                                            " outcomes for ", batch.size(), " candidates"));
+  }
   for (size_t i = 0; i < inserted.size(); ++i) {
     if (!inserted[i]) return absl::InternalError(absl::StrCat("candidate ", batch[i].id(), " already stored"));
   }
@@ -615,9 +664,8 @@ absl::Status JobDriver::ProposeWhileRoom() {
   return absl::OkStatus();
 }
 
-// Ingests a batch of results: stored in one transaction, acknowledged once committed (with the next
-// dispatch; a result the store could not take now is left unacknowledged and comes back), then fed
-// to the engine.
+// Ingests a batch of results. Whether each is new is known without the store (see unstored_):
+// the new ones are fed to the engine now and stored with the candidates they lead to.
 absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
   // The finalists' re-measurement is no candidate's evaluation: it goes to the job, not the store's
   // evaluations. A stale one (from before a resume) is only acknowledged.
@@ -636,37 +684,25 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     return true;
   });
   if (batch.empty()) return absl::OkStatus();
-  std::vector<v1::EvaluationResult> rs;
-  rs.reserve(batch.size());
-  for (const auto& d : batch) rs.push_back(d.result);
-  absl::StatusOr<std::vector<PutOutcome>> put = store_.PutEvaluations(job_id_, rs, fence_);
-  if (!put.ok()) {
-    if (!IsTransientStoreError(put.status())) return put.status();
-    log_->warn("job={} results={} not stored yet: {}", job_id_, rs.size(), put.status().message());
-    return absl::OkStatus();
-  }
-  // Committed: acknowledged with the dispatch that follows (one round trip for both), or after it.
-  for (const auto& d : batch) stored_unacked_.push_back(d.ack_token);
-  int64_t stored = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const v1::EvaluationResult& r = batch[i].result;
-    switch ((*put)[i]) {
-      case PutOutcome::kStored:
-        evaluated_.insert(r.candidate_id());
-        results_[r.candidate_id()] = std::move(batch[i].result);
-        ++stored;
-        break;
-      case PutOutcome::kDuplicate:
-        break;  // a redelivered result: already ingested or buffered
-      case PutOutcome::kUnknownCandidate:
-        log_->warn("job={} dropping a result for unknown candidate={}", job_id_, r.candidate_id());
-        break;
+  int64_t taken = 0;
+  for (ResultDelivery& d : batch) {
+    unstored_tokens_.push_back(std::move(d.ack_token));
+    v1::EvaluationResult& r = d.result;
+    // A candidate of this job that was stored (and so dispatched).
+    const auto at = index_.find(r.candidate_id());
+    if (r.job_id() != job_id_ || at == index_.end() || at->second >= dispatched_) {
+      log_->warn("job={} dropping a result for unknown candidate={}", job_id_, r.candidate_id());
+      continue;
     }
+    if (!evaluated_.insert(r.candidate_id()).second) continue;  // a redelivered result
+    unstored_.push_back(r);
+    results_[r.candidate_id()] = std::move(r);
+    ++taken;
   }
-  // A stored result's worker is free: its slot at the gate goes back, even when (in order) the
-  // result waits for an earlier one to be ingested.
-  if (gate_ != nullptr && stored > 0) {
-    const int64_t n = std::min(stored, gate_held_);
+  // A result's worker is free: its slot at the gate goes back, even when (in order) the result
+  // waits for an earlier one to be ingested.
+  if (gate_ != nullptr && taken > 0) {
+    const int64_t n = std::min(taken, gate_held_);
     gate_->Release(job_.spec().tenant(), n);
     gate_held_ -= n;
   }
@@ -854,10 +890,15 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
       std::vector<ResultDelivery> batch,
       queue_.NextResults(job_id_, static_cast<size_t>(std::max(1, options_.ingest_batch)),
                          reused_waiting_ ? 0 : wait_seconds));
-  if (batch.empty()) return true;
+  if (batch.empty()) {
+    KF_RETURN_IF_ERROR(WriteNotices());  // of reused results the first Fill ingested
+    return true;
+  }
   KF_RETURN_IF_ERROR(IngestBatch(batch));
   KF_RETURN_IF_ERROR(Fill());
-  AckStored();  // when there was nothing to dispatch
+  KF_RETURN_IF_ERROR(StoreResults());  // when there was nothing to dispatch
+  KF_RETURN_IF_ERROR(WriteNotices());
+  AckStored();
   KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
   return true;
@@ -865,6 +906,9 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
 
 absl::StatusOr<bool> JobDriver::End() {
   ReleaseGate();
+  KF_RETURN_IF_ERROR(StoreResults());  // what was paid for stays, also when the job was cancelled
+  checkpoint_due_ = false;             // the end writes the progress
+  KF_RETURN_IF_ERROR(WriteNotices());
   AckStored();
   if (ended_elsewhere_.has_value()) {
     // Someone else ended the job (a user's cancel): its pending work goes, what was paid for stays.
@@ -927,6 +971,12 @@ absl::StatusOr<v1::Job> JobDriver::Finish(const absl::Status& error) {
       code == absl::StatusCode::kCancelled) {
     return error;
   }
+  // No later driver runs this job: the results it took (paid for) are stored now, if they can be.
+  if (absl::Status st = StoreResults(); !st.ok()) {
+    log_->warn("job={} cannot store the results taken before the failure: {}", job_id_,
+               st.message());
+  }
+  AckStored();
   KF_ASSIGN_OR_RETURN(v1::Job failed, store_.GetJob(job_id_));
   failed.set_state(v1::JOB_STATE_FAILED);
   failed.set_state_reason(std::string(error.message()));

@@ -118,6 +118,15 @@ class JobDriver {
   absl::Status Fill();
   absl::Status FillOnce();
   absl::Status IngestBatch(std::vector<ResultDelivery>& batch);
+  // Stores the results ingested since the last write, alone (DispatchProposed stores them with
+  // the candidates they led to): before anything that names them is written.
+  absl::Status StoreResults();
+  // The store's outcomes of the results written from unstored_: each must be kStored (this driver
+  // knew it was new); their ack tokens are owed from now on.
+  absl::Status ResultsStored(const std::vector<PutOutcome>& outcomes);
+  // Writes the events and the progress checkpoint the ingested results called for (after the
+  // step's dispatch: off its latency).
+  absl::Status WriteNotices();
   // Acknowledges the stored results not yet acknowledged (DispatchProposed takes them along when
   // it has something to send).
   void AckStored();
@@ -167,8 +176,8 @@ class JobDriver {
 
   std::vector<v1::Candidate> cands_;                       // in sequence order
   std::map<std::string, size_t> index_;                    // candidate id -> position in cands_
-  std::map<std::string, v1::EvaluationResult> results_;    // stored, not yet ingested
-  std::set<std::string> evaluated_;                        // candidates with a stored evaluation
+  std::map<std::string, v1::EvaluationResult> results_;    // taken, not yet ingested
+  std::set<std::string> evaluated_;                        // candidates with an evaluation taken
   int64_t ingested_count_ = 0;
   absl::flat_hash_set<std::string> seen_;                  // the content hashes of cands_
   std::deque<v1::ParentContext> failures_;                 // the most recent failed evaluations
@@ -191,9 +200,22 @@ class JobDriver {
   size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
   size_t dispatched_ = 0;        // cands_[0, dispatched_) are stored (and dispatched or reused)
   bool called_model_ = false;    // the last proposal made a model call
+  // Results ingested before they are stored: this driver holds the job's lease, so whether a
+  // result is new is known here (evaluated_), and the engine takes it at once. They are stored in
+  // the write of the candidates they lead to (one statement), or alone before anything names them;
+  // a driver that fails before that loses nothing: unacknowledged, they come back to the next
+  // (and a job that fails for good stores them in Finish). Two consequences: the progress callback
+  // (metrics) may count a result whose write then failed a second time, with the next driver; a
+  // cancel is noticed at the step's checkpoint or lease renewal, after its dispatch.
+  std::vector<v1::EvaluationResult> unstored_;
+  std::vector<std::string> unstored_tokens_;  // of every result taken since (new or not)
   // Stored results' ack tokens: acknowledged in the round trip that dispatches the proposals they
   // led to (a result acknowledged late only comes back, as a duplicate).
   std::vector<std::string> stored_unacked_;
+  // Events the ingested results called for, and whether progress is due to be checkpointed:
+  // written by WriteNotices.
+  std::vector<v1::JobEvent> notices_;
+  bool checkpoint_due_ = false;
   static constexpr double kCheckpointSeconds = 0.25;
   double last_checkpoint_ = -1e9;     // when progress was last written (monotonic seconds)
   int64_t last_checkpoint_count_ = 0;

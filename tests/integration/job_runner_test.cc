@@ -11,8 +11,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -38,6 +38,7 @@
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
 #include "tests/testutil/faulty_queue.h"
+#include "tests/testutil/forwarding_store.h"
 #include "tests/testutil/redis_server.h"
 #include "tests/testutil/temp_dir.h"
 
@@ -1155,6 +1156,69 @@ TEST_F(JobRunnerTest, ResultForAnUnknownCandidateIsDropped) {
   ExpectConsistent(store, *job);
   EXPECT_EQ(job->progress().evaluations(), 12);
   EXPECT_LT(job->progress().best_speedup(), 1000);
+}
+
+// Refuses one step write (results stored with the candidates they led to), the one after `after`
+// good ones, with `error`; records what the store held then and how many results it carried.
+class StepWriteFailsOnce final : public testing::ForwardingStore {
+ public:
+  StepWriteFailsOnce(Store& inner, int after, absl::Status error)
+      : ForwardingStore(inner), after_(after), error_(std::move(error)) {}
+
+  absl::StatusOr<StepOutcome> PutEvaluationsAndCandidates(
+      const std::string& job_id, const std::vector<v1::EvaluationResult>& results,
+      absl::Span<const v1::Candidate> candidates, int64_t fence) override {
+    if (!results.empty() && ++calls_ == after_ + 1) {
+      refused_results = results.size();
+      auto stored = inner_.ListEvaluations(job_id);
+      stored_then = stored.ok() ? stored->size() : 0;
+      return error_;
+    }
+    return inner_.PutEvaluationsAndCandidates(job_id, results, candidates, fence);
+  }
+
+  size_t refused_results = 0;
+  size_t stored_then = 0;
+
+ private:
+  const int after_;
+  int calls_ = 0;
+  const absl::Status error_;
+};
+
+TEST_F(JobRunnerTest, AStepWriteThatFailsLosesNoResultAndARunResumesIt) {
+  // The results a step took are stored with the candidates they led to: when that write fails,
+  // the run stops (the store is away), nothing of the step is stored, and a resumed run
+  // evaluates every candidate exactly once.
+  MemoryStore memory;
+  StepWriteFailsOnce store(memory, 5, absl::UnavailableError("the database went away"));
+  const std::string id = Submit(store, Spec(4, 30));
+  RunReport first = Run(store, id, {.workers = 2, .slots = 2});
+  EXPECT_EQ(first.job.status().code(), absl::StatusCode::kUnavailable) << first.job.status();
+  ASSERT_GT(store.refused_results, 0u);
+  EXPECT_EQ(StoredCounts(store, id).second, static_cast<int64_t>(store.stored_then));
+  RunReport second = Run(store, id, {.workers = 2, .slots = 2});
+  KF_ASSERT_COMPLETED(second);
+  ExpectConsistent(store, *second.job);
+  EXPECT_EQ(second.job->progress().evaluations(), 30);
+  EXPECT_EQ(StoredCounts(store, id), std::make_pair(int64_t{30}, int64_t{30}));
+}
+
+TEST_F(JobRunnerTest, AJobThatFailsStoresTheResultsItTook) {
+  // A failure no later run will retry ends the job FAILED; the results it had taken (paid for)
+  // are stored all the same.
+  MemoryStore memory;
+  StepWriteFailsOnce store(memory, 3, absl::InternalError("a broken store"));
+  const std::string id = Submit(store, Spec(4, 30));
+  RunReport rep = Run(store, id, {.workers = 2, .slots = 2});
+  EXPECT_EQ(rep.job.status().code(), absl::StatusCode::kInternal) << rep.job.status();
+  ASSERT_GT(store.refused_results, 0u);
+  auto job = store.GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job->state_reason(), HasSubstr("a broken store"));
+  EXPECT_EQ(StoredCounts(store, id).second,
+            static_cast<int64_t>(store.stored_then + store.refused_results));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1152,6 +1152,92 @@ TEST_P(StoreContractTest, PutEvaluationsOfAnEmptyBatchIsOk) {
   EXPECT_THAT(EvaluatedIds("j1"), IsEmpty());
 }
 
+// -- a step's evaluations and candidates together --
+
+TEST_P(StoreContractTest, PutEvaluationsAndCandidatesReportsAnOutcomePerResultAndCandidate) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustCreateJob(MakeContractJob("j2"));
+  for (int64_t seq : {0, 1}) {
+    MustInsert(MakeContractCandidate("j1", absl::StrCat("c", seq), absl::StrCat("h", seq), seq));
+  }
+  MustInsert(MakeContractCandidate("j2", "c1", "h1", 0));
+  const v1::EvaluationResult stored_before = MakeContractResult("j1", "c0", 1.0);
+  ASSERT_TRUE(store().PutEvaluation(stored_before, kNoFence).value_or(false));
+  const v1::EvaluationResult fresh = MakeContractResult("j1", "c1", 2.0);
+  const std::vector<v1::EvaluationResult> results = {
+      MakeContractResult("j1", "c0", 9.0),  // c0 already has one
+      fresh,                                // new
+      MakeContractResult("j1", "c1", 7.0),  // c1's again, after the first
+      MakeContractResult("j1", "c2", 3.0),  // a candidate of this call: not stored before it
+      MakeContractResult("j2", "c1", 4.0),  // names another job
+  };
+  const std::vector<v1::Candidate> candidates = {
+      MakeContractCandidate("j1", "c2", "h2", 2),  // new
+      MakeContractCandidate("j1", "c3", "h1", 3),  // c1's content hash, stored before
+      MakeContractCandidate("j1", "c2", "h4", 4),  // c2's id, earlier in this call
+      MakeContractCandidate("j1", "c5", "h5", 5),  // new
+  };
+  auto out = store().PutEvaluationsAndCandidates("j1", results, candidates, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->evaluations,
+              ElementsAre(PutOutcome::kDuplicate, PutOutcome::kStored, PutOutcome::kDuplicate,
+                          PutOutcome::kUnknownCandidate, PutOutcome::kUnknownCandidate));
+  EXPECT_THAT(out->candidates, ElementsAre(true, false, false, true));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c2", "c5"));
+  auto got = store().ListEvaluations("j1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_THAT((*got)[0], EqualsProto(stored_before));
+  EXPECT_THAT((*got)[1], EqualsProto(fresh));
+  EXPECT_THAT(EvaluatedIds("j2"), IsEmpty());  // the result that named j2 went nowhere
+  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0", "c1"));
+  // Either part may be empty.
+  auto only_results = store().PutEvaluationsAndCandidates(
+      "j1", {MakeContractResult("j1", "c2", 5.0)}, {}, kNoFence);
+  ASSERT_TRUE(only_results.ok()) << only_results.status();
+  EXPECT_THAT(only_results->evaluations, ElementsAre(PutOutcome::kStored));
+  EXPECT_THAT(only_results->candidates, IsEmpty());
+  const std::vector<v1::Candidate> more = {MakeContractCandidate("j1", "c6", "h6", 6)};
+  auto only_candidates = store().PutEvaluationsAndCandidates("j1", {}, more, kNoFence);
+  ASSERT_TRUE(only_candidates.ok()) << only_candidates.status();
+  EXPECT_THAT(only_candidates->evaluations, IsEmpty());
+  EXPECT_THAT(only_candidates->candidates, ElementsAre(true));
+  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0", "c1", "c2"));
+}
+
+TEST_P(StoreContractTest, PutEvaluationsAndCandidatesRefusedStoresNeither) {
+  MustCreateJob(MakeContractJob("j1"));
+  MustCreateJob(MakeContractJob("j2"));
+  MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
+  const std::vector<v1::EvaluationResult> results = {MakeContractResult("j1", "c0", 1.0)};
+  const std::vector<v1::Candidate> candidates = {MakeContractCandidate("j1", "c1", "h1", 1)};
+  // A candidate that names another job.
+  const std::vector<v1::Candidate> foreign = {MakeContractCandidate("j2", "c2", "h2", 2)};
+  auto wrong = store().PutEvaluationsAndCandidates("j1", results, foreign, kNoFence);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument) << wrong.status();
+  // An unknown job.
+  auto ghost = store().PutEvaluationsAndCandidates(
+      "ghost", {MakeContractResult("ghost", "c0", 1.0)},
+      {MakeContractCandidate("ghost", "c1", "h1", 1)}, kNoFence);
+  EXPECT_EQ(ghost.status().code(), absl::StatusCode::kNotFound) << ghost.status();
+  // A stale fence, with or without rows.
+  const JobLease old_lease = MustClaim("j1", "coord-a", 0.2);
+  SleepSeconds(0.5);
+  const JobLease new_lease = MustClaim("j1", "coord-b", 60);
+  auto stale = store().PutEvaluationsAndCandidates("j1", results, candidates, old_lease.token);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_EQ(store().PutEvaluationsAndCandidates("j1", {}, {}, old_lease.token).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0"));
+  EXPECT_THAT(EvaluatedIds("j1"), IsEmpty());
+  auto fresh = store().PutEvaluationsAndCandidates("j1", results, candidates, new_lease.token);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_THAT(fresh->evaluations, ElementsAre(PutOutcome::kStored));
+  EXPECT_THAT(fresh->candidates, ElementsAre(true));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1"));
+  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0"));
+}
+
 TEST_P(StoreContractTest, PutEvaluationsForUnknownJobIsNotFound) {
   MustCreateJob(MakeContractJob("j1"));
   MustInsert(MakeContractCandidate("j1", "c0", "h0", 0));
