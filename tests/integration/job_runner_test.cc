@@ -1186,16 +1186,26 @@ class StepWriteFailsOnce final : public testing::ForwardingStore {
   const absl::Status error_;
 };
 
-TEST_F(JobRunnerTest, AStepWriteThatFailsLosesNoResultAndARunResumesIt) {
+class JobRunnerStepWriteTest : public JobRunnerTest {
+ protected:
+  // A job of 30 candidates on `store` (2 workers, 2 slots), run until the refused write ends the
+  // run with `code`; its id.
+  std::string RunIntoTheRefusedWrite(StepWriteFailsOnce& store, absl::StatusCode code) {
+    const std::string id = Submit(store, Spec(4, 30));
+    RunReport rep = Run(store, id, {.workers = 2, .slots = 2});
+    EXPECT_EQ(rep.job.status().code(), code) << rep.job.status();
+    EXPECT_GT(store.refused_results, 0u);
+    return id;
+  }
+};
+
+TEST_F(JobRunnerStepWriteTest, AStepWriteThatFailsLosesNoResultAndARunResumesIt) {
   // The results a step took are stored with the candidates they led to: when that write fails,
   // the run stops (the store is away), nothing of the step is stored, and a resumed run
   // evaluates every candidate exactly once.
   MemoryStore memory;
   StepWriteFailsOnce store(memory, 5, absl::UnavailableError("the database went away"));
-  const std::string id = Submit(store, Spec(4, 30));
-  RunReport first = Run(store, id, {.workers = 2, .slots = 2});
-  EXPECT_EQ(first.job.status().code(), absl::StatusCode::kUnavailable) << first.job.status();
-  ASSERT_GT(store.refused_results, 0u);
+  const std::string id = RunIntoTheRefusedWrite(store, absl::StatusCode::kUnavailable);
   EXPECT_EQ(StoredCounts(store, id).second, static_cast<int64_t>(store.stored_then));
   RunReport second = Run(store, id, {.workers = 2, .slots = 2});
   KF_ASSERT_COMPLETED(second);
@@ -1204,15 +1214,12 @@ TEST_F(JobRunnerTest, AStepWriteThatFailsLosesNoResultAndARunResumesIt) {
   EXPECT_EQ(StoredCounts(store, id), std::make_pair(int64_t{30}, int64_t{30}));
 }
 
-TEST_F(JobRunnerTest, AJobThatFailsStoresTheResultsItTook) {
+TEST_F(JobRunnerStepWriteTest, AJobThatFailsStoresTheResultsItTook) {
   // A failure no later run will retry ends the job FAILED; the results it had taken (paid for)
   // are stored all the same.
   MemoryStore memory;
   StepWriteFailsOnce store(memory, 3, absl::InternalError("a broken store"));
-  const std::string id = Submit(store, Spec(4, 30));
-  RunReport rep = Run(store, id, {.workers = 2, .slots = 2});
-  EXPECT_EQ(rep.job.status().code(), absl::StatusCode::kInternal) << rep.job.status();
-  ASSERT_GT(store.refused_results, 0u);
+  const std::string id = RunIntoTheRefusedWrite(store, absl::StatusCode::kInternal);
   auto job = store.GetJob(id);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
