@@ -251,21 +251,33 @@ std::string EvaluationRow(pqxx::transaction_base& w, const std::string& job_id, 
                       w.quote_raw(body), "::bytea)");
 }
 
-// The CTEs that insert the results of VALUES `values` as `v` whose candidate exists (the first of
-// two for one candidate wins), returning the candidates evaluated as `ins`; they need `j`.
+// The CTEs that insert the results of VALUES `values` as `v` (the first of two for one candidate
+// wins), returning the candidates evaluated as `ins`; they need `j`. Joined, only the results
+// whose candidate exists are inserted. Unjoined (cheaper: no join with candidates to plan and run),
+// a result for an unknown candidate fails the whole statement with a foreign_key_violation, and the
+// caller writes again joined. Unjoined only in one autocommit statement (nothing of a failed one
+// remains) none of whose results names a candidate the same statement inserts (the foreign key,
+// checked at its end, would see that candidate).
 std::string InsertEvaluationsCtes(const std::string& job, int64_t fence, const std::string& values,
-                                  const char* v, const char* ins) {
+                                  const char* v, const char* ins, bool joined) {
   return absl::StrCat(
       v, "(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ", ins,
       " AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
       ", ", v, ".cid, ", v, ".outcome, ", v, ".speedup, ", v, ".body FROM ", v,
-      " JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid, j WHERE ", fence,
-      " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
+      joined ? absl::StrCat(" JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid")
+             : "",
+      ", j WHERE ", fence, " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
       ".ord ON CONFLICT DO NOTHING RETURNING candidate_id)");
 }
 
-// Per result of `v`: whether its candidate exists and whether it was inserted.
-std::string EvaluationOutcomes(const std::string& job, const char* v, const char* ins) {
+// Per result of `v`: whether its candidate exists (unjoined: it does, or the statement failed)
+// and whether it was inserted.
+std::string EvaluationOutcomes(const std::string& job, const char* v, const char* ins,
+                               bool joined) {
+  if (!joined) {
+    return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, true, ", v,
+                        ".cid IN (SELECT candidate_id FROM ", ins, ") FROM ", v);
+  }
   return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, c.id IS NOT NULL, ", v,
                       ".cid IN (SELECT candidate_id FROM ", ins, ") FROM ", v,
                       " LEFT JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid");
@@ -611,17 +623,31 @@ absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std:
         // Per chunk one statement: the fence check (a shared lock on the job's row), a multi-row
         // insert of the results whose candidate exists (the first of two for one candidate
         // wins), and per result whether its candidate exists and whether it was inserted.
-        KF_RETURN_IF_ERROR(FencedBatch(
-            w, job_id, fence, results.size(),
-            [&](size_t i) { return EvaluationRow(w, job_id, i, results[i], bodies[i]); },
-            [&](const std::string& values) {
-              return absl::StrCat(LockJobCte(job),
-                                  InsertEvaluationsCtes(job, fence, values, "v", "ins"), " ",
-                                  EvaluationOutcomes(job, "v", "ins"), " ORDER BY v.ord");
-            },
-            [&](size_t i, const pqxx::row& row) {
-              out[i] = EvaluationOutcome(row, 2, results[i].candidate_id(), done);
-            }));
+        const auto write = [&](bool joined) {
+          return FencedBatch(
+              w, job_id, fence, results.size(),
+              [&](size_t i) { return EvaluationRow(w, job_id, i, results[i], bodies[i]); },
+              [&](const std::string& values) {
+                return absl::StrCat(
+                    LockJobCte(job), InsertEvaluationsCtes(job, fence, values, "v", "ins", joined),
+                    " ", EvaluationOutcomes(job, "v", "ins", joined), " ORDER BY v.ord");
+              },
+              [&](size_t i, const pqxx::row& row) {
+                out[i] = EvaluationOutcome(row, 2, results[i].candidate_id(), done);
+              });
+        };
+        // One statement tries unjoined first (see InsertEvaluationsCtes).
+        bool joined = results.size() > kBatchRows;
+        absl::Status written;
+        if (!joined) {
+          try {
+            written = write(/*joined=*/false);
+          } catch (const pqxx::foreign_key_violation&) {
+            joined = true;  // a result for an unknown candidate
+          }
+        }
+        if (joined) written = write(/*joined=*/true);
+        KF_RETURN_IF_ERROR(written);
         if (attempt > 1) FindStoredEvaluations(w, job_id, results, bodies, out, done);
         return out;
       },
@@ -664,14 +690,34 @@ absl::StatusOr<StepOutcome> PostgresStore::PutEvaluationsAndCandidates(
         // One statement: the fence check, both inserts (the evaluations' candidates are those
         // stored before it: every CTE sees the statement's starting snapshot), and the outcomes,
         // the results' rows first (0) and the candidates' (1).
-        const pqxx::result rows = w.exec(absl::StrCat(
-            LockJobCte(job), InsertEvaluationsCtes(job, fence, result_values, "ve", "inse"), ", ",
-            InsertCandidatesCtes(job, fence, candidate_values, "vc", "insc"),
-            " SELECT eo.token, eo.ord, eo.present, eo.inserted, 0 FROM (",
-            EvaluationOutcomes(job, "ve", "inse"),
-            ") eo(token, ord, present, inserted) UNION ALL SELECT co.token, co.ord, true, "
-            "co.inserted, 1 FROM (",
-            CandidateOutcomes("vc", "insc"), ") co(token, ord, inserted) ORDER BY 5, 2"));
+        const auto statement = [&](bool joined) {
+          return absl::StrCat(
+              LockJobCte(job),
+              InsertEvaluationsCtes(job, fence, result_values, "ve", "inse", joined), ", ",
+              InsertCandidatesCtes(job, fence, candidate_values, "vc", "insc"),
+              " SELECT eo.token, eo.ord, eo.present, eo.inserted, 0 FROM (",
+              EvaluationOutcomes(job, "ve", "inse", joined),
+              ") eo(token, ord, present, inserted) UNION ALL SELECT co.token, co.ord, true, "
+              "co.inserted, 1 FROM (",
+              CandidateOutcomes("vc", "insc"), ") co(token, ord, inserted) ORDER BY 5, 2");
+        };
+        // Unjoined first (see InsertEvaluationsCtes), unless a result names a candidate of this
+        // call.
+        bool joined =
+            std::any_of(results.begin(), results.end(), [&](const v1::EvaluationResult& r) {
+              return std::any_of(candidates.begin(), candidates.end(), [&](const v1::Candidate& c) {
+                return c.id() == r.candidate_id();
+              });
+            });
+        pqxx::result rows;
+        if (!joined) {
+          try {
+            rows = w.exec(statement(/*joined=*/false));
+          } catch (const pqxx::foreign_key_violation&) {
+            joined = true;  // a result for an unknown candidate
+          }
+        }
+        if (joined) rows = w.exec(statement(/*joined=*/true));
         KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(rows)));
         for (const pqxx::row& row : rows) {
           const size_t i = row[1].as<size_t>();

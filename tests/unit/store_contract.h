@@ -1202,7 +1202,17 @@ TEST_P(StoreContractTest, PutEvaluationsAndCandidatesReportsAnOutcomePerResultAn
   ASSERT_TRUE(only_candidates.ok()) << only_candidates.status();
   EXPECT_THAT(only_candidates->evaluations, IsEmpty());
   EXPECT_THAT(only_candidates->candidates, ElementsAre(true));
-  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0", "c1", "c2"));
+  // A result for a candidate the job does not have, beside one it has.
+  const std::vector<v1::Candidate> later = {MakeContractCandidate("j1", "c7", "h7", 7)};
+  auto unknown = store().PutEvaluationsAndCandidates(
+      "j1", {MakeContractResult("j1", "nope", 1.0), MakeContractResult("j1", "c5", 2.0)}, later,
+      kNoFence);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_THAT(unknown->evaluations,
+              ElementsAre(PutOutcome::kUnknownCandidate, PutOutcome::kStored));
+  EXPECT_THAT(unknown->candidates, ElementsAre(true));
+  EXPECT_THAT(EvaluatedIds("j1"), ElementsAre("c0", "c1", "c2", "c5"));
+  EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c2", "c5", "c6", "c7"));
 }
 
 TEST_P(StoreContractTest, PutEvaluationsAndCandidatesRefusedStoresNeither) {
