@@ -78,22 +78,9 @@ double ProcessCpuSeconds() {
 
 // Counts each job's results as the workers complete them: the jobs' progress, exact and cheap to
 // read (a job's stored progress is checkpointed now and then).
-class CountingQueue final : public ForwardingWorkQueue {
+class CountingQueue final : public BatchForwardingWorkQueue {
  public:
-  explicit CountingQueue(WorkQueue& inner) : ForwardingWorkQueue(inner) {}
-  absl::Status EnqueueBatch(const std::string& stream, const std::vector<v1::EvaluationRequest>& requests) override {
-    return inner_.EnqueueBatch(stream, requests);
-  }
-  absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override {
-    return inner_.AckResults(job_id, ack_tokens);
-  }
-  absl::Status EnqueueBatchAndAck(const std::string& stream,
-                                  const std::vector<v1::EvaluationRequest>& requests,
-                                  const std::string& job_id,
-                                  const std::vector<std::string>& ack_tokens,
-                                  absl::Status* ack_status) override {
-    return inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
-  }
+  explicit CountingQueue(WorkQueue& inner) : BatchForwardingWorkQueue(inner) {}
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
     {
       std::lock_guard<std::mutex> lock(mu_);

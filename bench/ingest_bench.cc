@@ -57,9 +57,9 @@ namespace {
 
 // Records, per job, when each result reached the coordinator and when the next request left:
 // a result frees one slot, and the request that fills it pairs with the oldest unpaired arrival.
-class TimingQueue final : public ForwardingWorkQueue {
+class TimingQueue final : public BatchForwardingWorkQueue {
  public:
-  explicit TimingQueue(WorkQueue& inner) : ForwardingWorkQueue(inner) {}
+  explicit TimingQueue(WorkQueue& inner) : BatchForwardingWorkQueue(inner) {}
 
   absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) override {
     absl::Status st = inner_.Enqueue(stream, request);
@@ -70,9 +70,6 @@ class TimingQueue final : public ForwardingWorkQueue {
     absl::Status st = inner_.EnqueueBatch(stream, requests);
     for (const auto& r : requests) Dispatched(r);
     return st;
-  }
-  absl::Status AckResults(const std::string& job_id, const std::vector<std::string>& ack_tokens) override {
-    return inner_.AckResults(job_id, ack_tokens);
   }
   absl::Status EnqueueBatchAndAck(const std::string& stream,
                                   const std::vector<v1::EvaluationRequest>& requests,

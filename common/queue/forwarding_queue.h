@@ -42,4 +42,33 @@ class ForwardingWorkQueue : public WorkQueue {
   WorkQueue& inner_;
 };
 
+// A ForwardingWorkQueue that also passes the batch calls on whole, so that the backend keeps its
+// single round trips: the base of decorators on the coordinator's path that only watch (timing and
+// counting in benchmarks). One that changes items (fault injection) derives from
+// ForwardingWorkQueue instead, and sees each item of a batch through the single calls.
+class BatchForwardingWorkQueue : public ForwardingWorkQueue {
+ public:
+  using ForwardingWorkQueue::ForwardingWorkQueue;
+
+  absl::Status EnqueueBatch(const std::string& stream,
+                            const std::vector<v1::EvaluationRequest>& requests) override {
+    return inner_.EnqueueBatch(stream, requests);
+  }
+  absl::Status AckResults(const std::string& job_id,
+                          const std::vector<std::string>& ack_tokens) override {
+    return inner_.AckResults(job_id, ack_tokens);
+  }
+  absl::Status EnqueueBatchAndAck(const std::string& stream,
+                                  const std::vector<v1::EvaluationRequest>& requests,
+                                  const std::string& job_id,
+                                  const std::vector<std::string>& ack_tokens,
+                                  absl::Status* ack_status) override {
+    return inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
+  }
+  absl::StatusOr<std::vector<ResultDelivery>> NextResults(const std::string& job_id, size_t max,
+                                                          double timeout_seconds) override {
+    return inner_.NextResults(job_id, max, timeout_seconds);
+  }
+};
+
 }  // namespace kforge

@@ -283,6 +283,20 @@ std::string EvaluationOutcomes(const std::string& job, const char* v, const char
                       " LEFT JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid");
 }
 
+// `write(joined)` unjoined unless `joined` (see InsertEvaluationsCtes), and joined again when a
+// result names an unknown candidate.
+template <typename WriteFn>
+auto UnjoinedFirst(bool joined, WriteFn write) -> decltype(write(true)) {
+  if (!joined) {
+    try {
+      return write(/*joined=*/false);
+    } catch (const pqxx::foreign_key_violation&) {
+      // a result for an unknown candidate: nothing of that statement remains
+    }
+  }
+  return write(/*joined=*/true);
+}
+
 std::string LockJobCte(const std::string& job) {
   return absl::StrCat("WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ");
 }
@@ -636,18 +650,9 @@ absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std:
                 out[i] = EvaluationOutcome(row, 2, results[i].candidate_id(), done);
               });
         };
-        // One statement tries unjoined first (see InsertEvaluationsCtes).
-        bool joined = results.size() > kBatchRows;
-        absl::Status written;
-        if (!joined) {
-          try {
-            written = write(/*joined=*/false);
-          } catch (const pqxx::foreign_key_violation&) {
-            joined = true;  // a result for an unknown candidate
-          }
-        }
-        if (joined) written = write(/*joined=*/true);
-        KF_RETURN_IF_ERROR(written);
+        // One statement tries unjoined first; chunks run in one transaction, which a failed
+        // statement would abort.
+        KF_RETURN_IF_ERROR(UnjoinedFirst(/*joined=*/results.size() > kBatchRows, write));
         if (attempt > 1) FindStoredEvaluations(w, job_id, results, bodies, out, done);
         return out;
       },
@@ -703,21 +708,14 @@ absl::StatusOr<StepOutcome> PostgresStore::PutEvaluationsAndCandidates(
         };
         // Unjoined first (see InsertEvaluationsCtes), unless a result names a candidate of this
         // call.
-        bool joined =
+        const bool joined =
             std::any_of(results.begin(), results.end(), [&](const v1::EvaluationResult& r) {
               return std::any_of(candidates.begin(), candidates.end(), [&](const v1::Candidate& c) {
                 return c.id() == r.candidate_id();
               });
             });
-        pqxx::result rows;
-        if (!joined) {
-          try {
-            rows = w.exec(statement(/*joined=*/false));
-          } catch (const pqxx::foreign_key_violation&) {
-            joined = true;  // a result for an unknown candidate
-          }
-        }
-        if (joined) rows = w.exec(statement(/*joined=*/true));
+        const pqxx::result rows =
+            UnjoinedFirst(joined, [&](bool j) { return w.exec(statement(j)); });
         KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(rows)));
         for (const pqxx::row& row : rows) {
           const size_t i = row[1].as<size_t>();

@@ -121,8 +121,8 @@ class JobDriver {
   // Stores the results ingested since the last write, alone (DispatchProposed stores them with
   // the candidates they led to): before anything that names them is written.
   absl::Status StoreResults();
-  // The store's outcomes of the results written from unstored_: each must be kStored (this driver
-  // knew it was new); their ack tokens are owed from now on.
+  // The store's outcomes of the results written from unstored_ (one not kStored is logged: this
+  // driver knew it was new); their ack tokens are owed from now on.
   absl::Status ResultsStored(const std::vector<PutOutcome>& outcomes);
   // Writes the events and the progress checkpoint the ingested results called for (after the
   // step's dispatch: off its latency).
