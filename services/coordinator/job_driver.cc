@@ -409,9 +409,14 @@ absl::Status JobDriver::Propose() {
     child = MakeSeedCandidate(problem, *params);
   } else {
     Selection sel = engine_->Select(seq);
-    v1::MutateRequest req;
+    v1::MutateRequest& req = mutate_request_;
+    if (!req.has_problem()) {
+      *req.mutable_problem() = problem;
+    }
+    std::unique_ptr<v1::Problem> kept(req.release_problem());
+    req.Clear();  // keeps the repeated fields' elements for reuse
+    req.set_allocated_problem(kept.release());
     req.set_job_id(job_id_);
-    *req.mutable_problem() = problem;
     req.set_seed(engine_->MutationSeed(seq));
     // A model-backed mutator answers with one child whatever the count (and reads no strategy);
     // the parametric one offers several, and the screener picks. A global draw always has a
@@ -428,6 +433,9 @@ absl::Status JobDriver::Propose() {
       // No candidate has succeeded yet: mutate the seed itself.
       *req.add_parents()->mutable_candidate() = cands_.front();
     }
+    const std::string first_parent =
+        sel.parents.empty() ? cands_.front().id() : sel.parents.front()->candidate.id();
+    req.set_neighbours_used_up(neighbours_used_up_.contains(first_parent));
     for (const Member* m : sel.parents) {
       auto* p = req.add_parents();
       *p->mutable_candidate() = m->candidate;
@@ -455,6 +463,7 @@ absl::Status JobDriver::Propose() {
     KF_ASSIGN_OR_RETURN(v1::MutateResponse resp,
                         mutator_.Mutate(req, [&](const std::string& h) { return seen_.contains(h); }));
     KF_RETURN_IF_ERROR(RecordModelCalls(seq, resp));
+    if (resp.neighbours_used_up()) neighbours_used_up_.insert(first_parent);
     called_model_ = resp.usage_size() > 0;
     if (resp.children().empty()) {
       stop_reason_ = resp.message().empty() ? "the mutator proposed nothing" : resp.message();

@@ -165,15 +165,18 @@ bool ParametricMutator::Acceptable(const Space& s, const std::vector<int>& at, c
   return v->valid && !seen(v->hash);
 }
 
-std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
-                                                            const v1::Candidate& parent,
-                                                            const SeenFn& seen, Tries& tries,
-                                                            const CancelledFn& cancelled,
-                                                            std::mt19937_64& rng) const {
+std::optional<ParamAssignment> ParametricMutator::Neighbour(
+    const Space& s, const v1::Candidate& parent, const SeenFn& seen, Tries& tries,
+    const CancelledFn& cancelled, bool* used_up, std::mt19937_64& rng) const {
   const ParamSpace& space = s.space;
   std::vector<int> tunable;
   auto idx = Position(space, parent, &tunable);
-  if (!idx.has_value() || tunable.empty()) return std::nullopt;
+  if (!idx.has_value() || tunable.empty()) {
+    *used_up = true;
+    return std::nullopt;
+  }
+  const bool known_used_up = *used_up;
+  *used_up = false;
   const auto& params = space.params();
   std::uniform_real_distribution<double> u(0, 1);
   for (int t = 0; t < options_.neighbour_tries; ++t) {
@@ -210,7 +213,9 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
       }
       next[p] = std::clamp(next[p] + (u(rng) < 0.5 ? -step : step), 0, n - 1);
     }
-    if (next == *idx) continue;
+    int changed = 0;
+    for (int p : tunable) changed += next[p] != (*idx)[p];
+    if (changed == 0 || (changed == 1 && known_used_up)) continue;
     if (Acceptable(s, next, seen, tries)) return space.FromIndices(next);
   }
   // Systematic: every single-knob change at growing distance, in random order per distance.
@@ -225,13 +230,16 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(const Space& s,
         if (v >= 0 && v < params[p].values_size()) moves.emplace_back(p, v);
       }
     }
-    std::shuffle(moves.begin(), moves.end(), rng);
+    std::shuffle(moves.begin(), moves.end(),
+                 rng);  // drawn even when known: the rest draws the same
+    if (known_used_up) continue;
     for (const auto& [p, v] : moves) {
       std::vector<int> next = *idx;
       next[p] = v;
       if (Acceptable(s, next, seen, tries)) return space.FromIndices(next);
     }
   }
+  *used_up = true;
   return std::nullopt;
 }
 
@@ -322,6 +330,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
   // Lowered to 0 by Reset once a call has used up the favoured positions.
   double jump_bias = options_.power_of_two_jumps;
   double reset_bias = options_.power_of_two_resets;
+  bool neighbours_used_up = req.neighbours_used_up();
   for (int i = 0; i < count; ++i) {
     if (cancelled()) return absl::CancelledError("the mutation was cancelled (the caller left or the proxy stops)");
     const v1::Candidate& p1 = req.parents(0).candidate();
@@ -354,8 +363,12 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
       note = global ? "global draw" : "random reset";
     }
     if (!child) {
-      child = Neighbour(s, p1, seen_all, tries, cancelled, rng);
+      // Known used up: said by the caller, or found by this call before it had children (those
+      // count as seen here but not for the caller, so a later scan says nothing about its set).
+      bool used_up = neighbours_used_up;
+      child = Neighbour(s, p1, seen_all, tries, cancelled, &used_up, rng);
       note = "neighbour";
+      if (used_up && local.empty()) neighbours_used_up = true;
     }
     if (!child) {
       child = Reset(s, p1, seen_all, tries, cancelled, &reset_bias, rng);
@@ -374,6 +387,7 @@ absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1
     local.insert(c.content_hash());
     *resp.add_children() = std::move(c);
   }
+  resp.set_neighbours_used_up(neighbours_used_up);
   return resp;
 }
 

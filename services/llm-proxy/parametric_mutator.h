@@ -94,9 +94,12 @@ class ParametricMutator final : public CancellableMutator {
   // Whether the knob variant of the tries' parent at value positions `at` is valid and unseen.
   bool Acceptable(const Space& s, const std::vector<int>& at, const SeenFn& seen,
                   Tries& tries) const;
+  // `*used_up` in: every single-knob variant of the parent is known invalid or seen
+  // (MutateRequest.neighbours_used_up), so those tries are not looked up (their random draws are
+  // still made: the rest of the call draws the same); out: the systematic scan found none.
   std::optional<ParamAssignment> Neighbour(const Space& s, const v1::Candidate& parent,
                                            const SeenFn& seen, Tries& tries,
-                                           const CancelledFn& cancelled,
+                                           const CancelledFn& cancelled, bool* used_up,
                                            std::mt19937_64& rng) const;
   // Two to four knobs set to uniformly drawn values: a jump to a nearby basin.
   std::optional<ParamAssignment> Perturb(const Space& s, const v1::Candidate& parent,

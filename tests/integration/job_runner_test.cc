@@ -153,15 +153,25 @@ class RecordingMutator final : public Mutator {
   explicit RecordingMutator(ValidityFn validity) : inner_({}, std::move(validity)) {}
   absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& req, const SeenFn& seen) override {
     requests.emplace_back(req.strategy(), req.count());
+    const std::string& parent = req.parents(0).candidate().id();
+    if (req.neighbours_used_up()) {
+      ++hints;
+      if (!said_used_up.contains(parent)) ++unfounded_hints;
+    }
     if (paid != nullptr) {
       auto stored = paid->ListCandidates(req.job_id());
       stored_at_call.push_back(stored.ok() ? static_cast<int64_t>(stored->size()) : -1);
     }
     auto resp = inner_.Mutate(req, seen);
     if (resp.ok() && paid != nullptr) resp->add_usage()->set_input_tokens(10);
+    if (resp.ok() && resp->neighbours_used_up()) said_used_up.insert(parent);
     return resp;
   }
   std::vector<std::pair<std::string, int>> requests;  // (strategy, count)
+  // Parents whose neighbours a response said were used up; requests that said so of a parent, and
+  // of one no response had said it of.
+  std::set<std::string> said_used_up;
+  int hints = 0, unfounded_hints = 0;
   Store* paid = nullptr;
   std::vector<int64_t> stored_at_call;
 
@@ -200,6 +210,7 @@ struct RunReport {
   int dropped_completes = 0, dropped_deliveries = 0, dropped_acks = 0, duplicated = 0, shuffled = 0;
   size_t unacked = 0;          // results handed to the job and never acknowledged
   int acks_with_dispatch = 0;  // acknowledgements that went out with a dispatch
+  int used_up_hints = 0, unfounded_used_up_hints = 0;  // RecordingMutator's
 };
 
 class JobRunnerTest : public ::testing::Test {
@@ -300,6 +311,8 @@ class JobRunnerTest : public ::testing::Test {
     memq.Close();
     for (auto& t : threads) t.join();
     if (o.requests != nullptr) *o.requests = mutator.requests;
+    rep.used_up_hints = mutator.hints;
+    rep.unfounded_used_up_hints = mutator.unfounded_hints;
     if (o.stored_at_model_call != nullptr) *o.stored_at_model_call = mutator.stored_at_call;
     rep.evaluated = queue.completed();
     rep.duplicates = queue.duplicates();
@@ -568,6 +581,9 @@ TEST_F(JobRunnerTest, WholeSpaceWithoutRepeats) {
   ExpectConsistent(store, *rep.job);
   EXPECT_THAT(rep.job->state_reason(), HasSubstr("exhausted"));
   EXPECT_EQ(rep.job->progress().evaluations(), static_cast<int64_t>(cache_->entries.size()));
+  // Parents whose neighbours are used up are said to be, and only those.
+  EXPECT_GT(rep.used_up_hints, 0);
+  EXPECT_EQ(rep.unfounded_used_up_hints, 0);
   EXPECT_NEAR(rep.job->progress().best_speedup(), optimum_speedup_, 1e-9);
   // The outcomes match the recorded failures.
   const std::map<std::string, int64_t> counts(rep.job->progress().outcome_counts().begin(),

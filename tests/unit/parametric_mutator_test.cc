@@ -620,6 +620,7 @@ TEST(ParametricMutatorTest, TheLastUnseenNeighbourIsProposedBeforeAnythingFarthe
             << "target " << FormatParams(target) << " strategy '" << strategy << "' seed " << seed << ": got "
             << FormatParams(ParamsOf(resp->children(0))) << " (" << resp->children(0).note() << ")";
         EXPECT_EQ(resp->children(0).note(), "neighbour");
+        EXPECT_FALSE(resp->neighbours_used_up());
       }
     }
   }
@@ -661,6 +662,7 @@ TEST(ParametricMutatorTest, WithNoNeighbourLeftExploitFallsBackToAReset) {
     ASSERT_EQ(resp->children_size(), 1);
     EXPECT_FALSE(seen.contains(resp->children(0).content_hash()));
     EXPECT_THAT(resp->children(0).note(), HasSubstr("random reset"));
+    EXPECT_TRUE(resp->neighbours_used_up());
   }
 }
 
@@ -933,6 +935,85 @@ TEST(ParametricMutatorTest, TheVariantMemoChangesNoChild) {
       if (!want->message().empty()) break;
     }
     EXPECT_GT(memo.memo_variants(), 0u) << problem.name();
+  }
+}
+
+// A caller that says a parent's single-knob variants are used up (because a response said so, and
+// its seen set has only grown since) gets the same children: the hint saves lookups, not draws.
+// Every parent a response calls used up really is.
+TEST(ParametricMutatorTest, TheUsedUpHintIsTrueAndChangesNoChild) {
+  for (const v1::Problem& problem : {TiledProblem(), WideProblem(), GridProblem()}) {
+    const Fixture f = Fixture::Make(problem);
+    ParametricMutator plain, hinted;
+    std::set<std::string> seen = {f.seed.content_hash()};
+    std::vector<v1::Candidate> pool = {f.seed};
+    std::set<std::string> used_up;  // parents' ids
+    std::mt19937_64 rng(5);
+    int hints = 0;
+    for (int call = 0; call < 600; ++call) {
+      // Mostly the same few parents, so that their neighbourhoods get used up.
+      const size_t few = std::min<size_t>(pool.size(), 3);
+      std::vector<v1::Candidate> parents = {
+          pool[rng() % 4 == 0 ? rng() % pool.size() : rng() % few]};
+      if (rng() % 5 == 0) parents.push_back(pool[rng() % pool.size()]);
+      static const char* const kStrategies[] = {"", "exploit", "exploit", "perturb"};
+      v1::MutateRequest req =
+          Request(problem, parents, rng(), 1 + rng() % 3, kStrategies[rng() % 4]);
+      auto want = plain.Mutate(req, SeenIn(seen));
+      ASSERT_TRUE(want.ok()) << want.status();
+      req.set_neighbours_used_up(used_up.contains(parents[0].id()));
+      hints += req.neighbours_used_up();
+      auto got = hinted.Mutate(req, SeenIn(seen));
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->children_size(), want->children_size()) << problem.name() << " call " << call;
+      for (int i = 0; i < want->children_size(); ++i) {
+        EXPECT_EQ(got->children(i).content_hash(), want->children(i).content_hash())
+            << problem.name() << " call " << call;
+        EXPECT_EQ(got->children(i).note(), want->children(i).note());
+      }
+      if (want->neighbours_used_up()) {
+        const ParamAssignment at = ParamsOf(parents[0]);
+        for (const ParamAssignment& a : f.valid) {
+          if (Distance(f, at, a).changed != 1) continue;
+          EXPECT_TRUE(seen.contains(f.hash.at(a)))
+              << problem.name() << " call " << call << ": " << FormatParams(a)
+              << " is an unseen neighbour of " << FormatParams(at);
+        }
+        used_up.insert(parents[0].id());
+      }
+      EXPECT_TRUE(!req.neighbours_used_up() || got->neighbours_used_up());
+      for (const auto& c : want->children()) {
+        seen.insert(c.content_hash());
+        v1::Candidate child = c;
+        child.set_id(absl::StrCat("c", seen.size()));
+        pool.push_back(child);
+      }
+      if (!want->message().empty()) break;
+    }
+    EXPECT_GT(hints, 5) << problem.name();
+  }
+}
+
+// A wrong hint (an unseen neighbour remains) costs only that neighbour: the child is still valid
+// and unseen.
+TEST(ParametricMutatorTest, AWrongUsedUpHintStillGivesAnUnseenChild) {
+  const Fixture f = Fixture::Make(GridProblem());
+  const ParamAssignment centre = {{"X", 15}, {"Y", 15}};
+  const ParamAssignment target = {{"X", 18}, {"Y", 15}};
+  const v1::Candidate parent = f.Parent(centre, "p");
+  std::set<std::string> seen = {parent.content_hash()};
+  for (const auto& a : Reach(f, centre)) {
+    if (a != target) seen.insert(f.hash.at(a));
+  }
+  ParametricMutator mutator;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    v1::MutateRequest req = Request(f.problem, {parent}, seed, 1, "exploit");
+    req.set_neighbours_used_up(true);
+    auto resp = mutator.Mutate(req, SeenIn(seen));
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    ASSERT_EQ(resp->children_size(), 1);
+    EXPECT_FALSE(seen.contains(resp->children(0).content_hash()));
+    EXPECT_TRUE(f.hash.contains(ParamsOf(resp->children(0))));
   }
 }
 
