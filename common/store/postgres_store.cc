@@ -225,10 +225,10 @@ std::string CandidateRow(pqxx::transaction_base& w, size_t i, const v1::Candidat
 // The CTEs that insert the candidates of VALUES `values` as `v` (the first of two with one id or
 // content hash wins), returning the inserted rows as `ins`; they need the CTE `j` (the job's row,
 // locked: see FencedBatch).
-std::string InsertCandidatesCtes(const std::string& job, int64_t fence, const std::string& values,
-                                 const char* v, const char* ins) {
+std::string InsertCandidatesCtes(const std::string& job, const std::string& fence,
+                                 const std::string& rows, const char* v, const char* ins) {
   return absl::StrCat(
-      v, "(ord, id, hash, seq, body) AS (VALUES ", values, "), ", ins,
+      v, "(ord, id, hash, seq, body) AS (", rows, "), ", ins,
       " AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job, ", ",
       v, ".id, ", v, ".hash, ", v, ".seq, ", v, ".body FROM ", v, ", j WHERE ", fence,
       " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
@@ -258,10 +258,11 @@ std::string EvaluationRow(pqxx::transaction_base& w, const std::string& job_id, 
 // caller writes again joined. Unjoined only in one autocommit statement (nothing of a failed one
 // remains) none of whose results names a candidate the same statement inserts (the foreign key,
 // checked at its end, would see that candidate).
-std::string InsertEvaluationsCtes(const std::string& job, int64_t fence, const std::string& values,
-                                  const char* v, const char* ins, bool joined) {
+std::string InsertEvaluationsCtes(const std::string& job, const std::string& fence,
+                                  const std::string& rows, const char* v, const char* ins,
+                                  bool joined) {
   return absl::StrCat(
-      v, "(ord, cid, outcome, speedup, body) AS (VALUES ", values, "), ", ins,
+      v, "(ord, cid, outcome, speedup, body) AS (", rows, "), ", ins,
       " AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
       ", ", v, ".cid, ", v, ".outcome, ", v, ".speedup, ", v, ".body FROM ", v,
       joined ? absl::StrCat(" JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid")
@@ -300,6 +301,68 @@ auto UnjoinedFirst(bool joined, WriteFn write) -> decltype(write(true)) {
 std::string LockJobCte(const std::string& job) {
   return absl::StrCat("WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ");
 }
+
+// A step's write in one statement (see PutEvaluationsAndCandidates): `job` and `fence` as SQL,
+// the results' and the candidates' rows from `result_rows` and `candidate_rows`. Its rows: the
+// lease token, the ordinal, whether the candidate exists, whether the row was inserted, and 0 for
+// a result's row or 1 for a candidate's (results first, in order).
+std::string StepWriteStatement(const std::string& job, const std::string& fence,
+                               const std::string& result_rows, const std::string& candidate_rows,
+                               bool joined) {
+  return absl::StrCat(
+      LockJobCte(job), InsertEvaluationsCtes(job, fence, result_rows, "ve", "inse", joined), ", ",
+      InsertCandidatesCtes(job, fence, candidate_rows, "vc", "insc"),
+      " SELECT eo.token, eo.ord, eo.present, eo.inserted, 0 FROM (",
+      EvaluationOutcomes(job, "ve", "inse", joined),
+      ") eo(token, ord, present, inserted) UNION ALL SELECT co.token, co.ord, true, co.inserted, 1 "
+      "FROM (",
+      CandidateOutcomes("vc", "insc"), ") co(token, ord, inserted) ORDER BY 5, 2");
+}
+
+// The unjoined step write as a prepared statement, its rows in arrays: a coordinator makes one
+// per step, and parsing and planning a fresh statement each time was about a third of the
+// server's CPU. Parameters: job id, fence, then per result ordinal, candidate id, outcome, speedup,
+// body, and per candidate ordinal, id, content hash, sequence, body.
+constexpr char kStepWrite[] = "kforge_step_write";
+const std::string& StepWriteDefinition() {
+  static const std::string sql = StepWriteStatement(
+      "$1::text", "$2::int8",
+      "SELECT * FROM unnest($3::int4[], $4::text[], $5::int4[], $6::float8[], $7::bytea[])",
+      "SELECT * FROM unnest($8::int4[], $9::text[], $10::text[], $11::int8[], $12::bytea[])",
+      /*joined=*/false);
+  return sql;
+}
+
+// A PostgreSQL array literal, built element by element (every element quoted).
+class ArrayLiteral {
+ public:
+  void Add(std::string_view text) {
+    out_.append(out_.size() == 1 ? "\"" : ",\"");
+    for (char ch : text) {
+      if (ch == '"' || ch == '\\') out_.push_back('\\');
+      out_.push_back(ch);
+    }
+    out_.push_back('"');
+  }
+  void Add(int64_t n) { absl::StrAppend(&out_, out_.size() == 1 ? "" : ",", n); }
+  // A bytea element in the hex format.
+  void AddBytes(std::string_view bytes) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out_.append(out_.size() == 1 ? "\"\\\\x" : ",\"\\\\x");
+    for (unsigned char b : bytes) {
+      out_.push_back(kHex[b >> 4]);
+      out_.push_back(kHex[b & 15]);
+    }
+    out_.push_back('"');
+  }
+  std::string Take() {
+    out_.push_back('}');
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_ = "{";
+};
 
 // PutEvaluations' outcome of a result from its row (candidate exists, inserted); `done` holds the
 // candidates given kStored in this batch (the first of two results for one candidate wins).
@@ -601,8 +664,9 @@ absl::StatusOr<std::vector<bool>> PostgresStore::InsertCandidates(const std::str
             [&](size_t i) { return CandidateRow(w, i, candidates[i], bodies[i]); },
             [&](const std::string& values) {
               return absl::StrCat(LockJobCte(job),
-                                  InsertCandidatesCtes(job, fence, values, "v", "ins"), " ",
-                                  CandidateOutcomes("v", "ins"), " ORDER BY v.ord");
+                                  InsertCandidatesCtes(job, absl::StrCat(fence),
+                                                       absl::StrCat("VALUES ", values), "v", "ins"),
+                                  " ", CandidateOutcomes("v", "ins"), " ORDER BY v.ord");
             },
             [&](size_t i, const pqxx::row& row) {
               out[i] = row[2].as<bool>() && done.insert(candidates[i].id()).second;
@@ -643,7 +707,9 @@ absl::StatusOr<std::vector<PutOutcome>> PostgresStore::PutEvaluations(const std:
               [&](size_t i) { return EvaluationRow(w, job_id, i, results[i], bodies[i]); },
               [&](const std::string& values) {
                 return absl::StrCat(
-                    LockJobCte(job), InsertEvaluationsCtes(job, fence, values, "v", "ins", joined),
+                    LockJobCte(job),
+                    InsertEvaluationsCtes(job, absl::StrCat(fence), absl::StrCat("VALUES ", values),
+                                          "v", "ins", joined),
                     " ", EvaluationOutcomes(job, "v", "ins", joined), " ORDER BY v.ord");
               },
               [&](size_t i, const pqxx::row& row) {
@@ -682,40 +748,56 @@ absl::StatusOr<StepOutcome> PostgresStore::PutEvaluationsAndCandidates(
         StepOutcome out{std::vector<PutOutcome>(results.size(), PutOutcome::kUnknownCandidate),
                         std::vector<bool>(candidates.size(), false)};
         std::set<std::string> evaluated, inserted;  // given kStored / true in this call
-        const std::string job = w.quote(job_id);
-        std::string result_values, candidate_values;
-        for (size_t i = 0; i < results.size(); ++i) {
-          const std::string v = EvaluationRow(w, job_id, i, results[i], result_bodies[i]);
-          if (!v.empty()) absl::StrAppend(&result_values, result_values.empty() ? "" : ",", v);
-        }
-        for (size_t i = 0; i < candidates.size(); ++i) {
-          absl::StrAppend(&candidate_values, i == 0 ? "" : ",",
-                          CandidateRow(w, i, candidates[i], candidate_bodies[i]));
-        }
-        // One statement: the fence check, both inserts (the evaluations' candidates are those
-        // stored before it: every CTE sees the statement's starting snapshot), and the outcomes,
-        // the results' rows first (0) and the candidates' (1).
-        const auto statement = [&](bool joined) {
-          return absl::StrCat(
-              LockJobCte(job),
-              InsertEvaluationsCtes(job, fence, result_values, "ve", "inse", joined), ", ",
-              InsertCandidatesCtes(job, fence, candidate_values, "vc", "insc"),
-              " SELECT eo.token, eo.ord, eo.present, eo.inserted, 0 FROM (",
-              EvaluationOutcomes(job, "ve", "inse", joined),
-              ") eo(token, ord, present, inserted) UNION ALL SELECT co.token, co.ord, true, "
-              "co.inserted, 1 FROM (",
-              CandidateOutcomes("vc", "insc"), ") co(token, ord, inserted) ORDER BY 5, 2");
-        };
-        // Unjoined first (see InsertEvaluationsCtes), unless a result names a candidate of this
-        // call.
+        // Unjoined first (see InsertEvaluationsCtes) and prepared, unless a result names a
+        // candidate of this call.
         const bool joined =
             std::any_of(results.begin(), results.end(), [&](const v1::EvaluationResult& r) {
               return std::any_of(candidates.begin(), candidates.end(), [&](const v1::Candidate& c) {
                 return c.id() == r.candidate_id();
               });
             });
+        const auto prepared = [&] {
+          ArrayLiteral e_ord, e_cid, e_outcome, e_speedup, e_body, c_ord, c_id, c_hash, c_seq,
+              c_body;
+          for (size_t i = 0; i < results.size(); ++i) {
+            if (results[i].job_id() != job_id) continue;  // left out, like EvaluationRow
+            e_ord.Add(static_cast<int64_t>(i));
+            e_cid.Add(results[i].candidate_id());
+            e_outcome.Add(static_cast<int64_t>(results[i].outcome()));
+            e_speedup.Add(absl::StrFormat("%.17g", results[i].speedup()));
+            e_body.AddBytes(result_bodies[i]);
+          }
+          for (size_t i = 0; i < candidates.size(); ++i) {
+            c_ord.Add(static_cast<int64_t>(i));
+            c_id.Add(candidates[i].id());
+            c_hash.Add(candidates[i].content_hash());
+            c_seq.Add(candidates[i].sequence());
+            c_body.AddBytes(candidate_bodies[i]);
+          }
+          w.conn().prepare(kStepWrite, StepWriteDefinition());
+          return w.exec_prepared(kStepWrite, job_id, fence, e_ord.Take(), e_cid.Take(),
+                                 e_outcome.Take(), e_speedup.Take(), e_body.Take(), c_ord.Take(),
+                                 c_id.Take(), c_hash.Take(), c_seq.Take(), c_body.Take());
+        };
+        const auto literal = [&] {  // joined: rare (a result for an unknown candidate)
+          const std::string job = w.quote(job_id);
+          std::string result_values, candidate_values;
+          for (size_t i = 0; i < results.size(); ++i) {
+            const std::string v = EvaluationRow(w, job_id, i, results[i], result_bodies[i]);
+            if (!v.empty()) absl::StrAppend(&result_values, result_values.empty() ? "" : ",", v);
+          }
+          for (size_t i = 0; i < candidates.size(); ++i) {
+            absl::StrAppend(&candidate_values, i == 0 ? "" : ",",
+                            CandidateRow(w, i, candidates[i], candidate_bodies[i]));
+          }
+          return w.exec(
+              StepWriteStatement(job, absl::StrCat(fence), absl::StrCat("VALUES ", result_values),
+                                 absl::StrCat("VALUES ", candidate_values), /*joined=*/true));
+        };
+        // One statement: the fence check, both inserts (the evaluations' candidates are those
+        // stored before it: every CTE sees the statement's starting snapshot), and the outcomes.
         const pqxx::result rows =
-            UnjoinedFirst(joined, [&](bool j) { return w.exec(statement(j)); });
+            UnjoinedFirst(joined, [&](bool j) { return j ? literal() : prepared(); });
         KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(rows)));
         for (const pqxx::row& row : rows) {
           const size_t i = row[1].as<size_t>();

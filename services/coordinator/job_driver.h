@@ -183,9 +183,6 @@ class JobDriver {
   // Parents (ids) whose single-knob variants the mutator found all invalid or seen: seen_ only
   // grows, so they stay so (MutateRequest.neighbours_used_up).
   absl::flat_hash_set<std::string> neighbours_used_up_;
-  // Reused for every proposal: the problem is set once, and the parents' copies reuse their
-  // memory (a proposal is made for every result).
-  v1::MutateRequest mutate_request_;
   std::deque<v1::ParentContext> failures_;                 // the most recent failed evaluations
   v1::DeviceInfo device_;                                  // the device of the latest result
   std::map<std::string, int64_t> counts_;

@@ -1215,6 +1215,36 @@ TEST_P(StoreContractTest, PutEvaluationsAndCandidatesReportsAnOutcomePerResultAn
   EXPECT_THAT(CandidateIds("j1"), ElementsAre("c0", "c1", "c2", "c5", "c6", "c7"));
 }
 
+// Text and bytes that SQL, or an array literal, would have to escape come back as they were.
+TEST_P(StoreContractTest, PutEvaluationsAndCandidatesKeepsAwkwardTextAndBytes) {
+  MustCreateJob(MakeContractJob("j1"));
+  const std::string odd = "a\"b\\c'd,e{f}g h\tNULL \xc3\xa4~z";  // (text columns hold no NUL)
+  MustInsert(MakeContractCandidate("j1", odd, "h" + odd, 0));
+  v1::EvaluationResult result = MakeContractResult("j1", odd, 1e308);
+  result.set_message(std::string("with a \0 inside", 15));
+  v1::Candidate next = MakeContractCandidate("j1", odd + "2", "h2" + odd, 1);
+  next.set_source(std::string("\0\x01\"\\\\x'{},}\n", 12));
+  auto out = store().PutEvaluationsAndCandidates("j1", {result}, {next}, kNoFence);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->evaluations, ElementsAre(PutOutcome::kStored));
+  EXPECT_THAT(out->candidates, ElementsAre(true));
+  auto evaluations = store().ListEvaluations("j1");
+  ASSERT_TRUE(evaluations.ok()) << evaluations.status();
+  ASSERT_EQ(evaluations->size(), 1u);
+  EXPECT_THAT((*evaluations)[0], EqualsProto(result));
+  auto candidates = store().ListCandidates("j1");
+  ASSERT_TRUE(candidates.ok()) << candidates.status();
+  ASSERT_EQ(candidates->size(), 2u);
+  EXPECT_THAT((*candidates)[1], EqualsProto(next));
+  // Its id and content hash as columns: a second write of them is a duplicate.
+  auto again = store().PutEvaluationsAndCandidates(
+      "j1", {MakeContractResult("j1", odd + "2", 2.0)},
+      {MakeContractCandidate("j1", "c9", "h2" + odd, 2)}, kNoFence);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_THAT(again->evaluations, ElementsAre(PutOutcome::kStored));
+  EXPECT_THAT(again->candidates, ElementsAre(false));
+}
+
 TEST_P(StoreContractTest, PutEvaluationsAndCandidatesRefusedStoresNeither) {
   MustCreateJob(MakeContractJob("j1"));
   MustCreateJob(MakeContractJob("j2"));
