@@ -1,6 +1,7 @@
 #include "common/queue/redis_queue.h"
 
 #include <hiredis/hiredis.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -122,6 +123,25 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return #all / 2
 )lua";
 
+// A script's SHA-1 in hex: EVALSHA names a script the server holds by it.
+std::string ScriptSha(std::string_view body) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  KF_CHECK(EVP_Digest(body.data(), body.size(), digest, &len, EVP_sha1(), nullptr) == 1);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
+bool IsNoScript(const redisReply& r) {
+  return r.type == REDIS_REPLY_ERROR &&
+         absl::StartsWith(absl::string_view(r.str, r.len), "NOSCRIPT");
+}
+
 bool IsNoGroup(const absl::Status& st) {
   return absl::IsFailedPrecondition(st) && absl::StartsWith(st.message(), "NOGROUP");
 }
@@ -231,7 +251,12 @@ absl::StatusOr<std::unique_ptr<RedisWorkQueue>> RedisWorkQueue::Connect(const st
 }
 
 RedisWorkQueue::RedisWorkQueue(RedisAddress address, RedisQueueOptions options, Logger log)
-    : address_(std::move(address)), options_(std::move(options)), log_(std::move(log)) {}
+    : address_(std::move(address)), options_(std::move(options)), log_(std::move(log)) {
+  for (const char* script : {kForgetWorkerScript, kStatsScript, kAckScript, kEnqueueScript,
+                             kFinishScript, kExtendScript, kPurgeScript}) {
+    script_shas_.emplace(script, ScriptSha(script));
+  }
+}
 
 RedisWorkQueue::~RedisWorkQueue() = default;
 
@@ -326,6 +351,27 @@ absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<
 
 absl::StatusOr<std::vector<RedisWorkQueue::Reply>> RedisWorkQueue::Pipeline(
     const std::vector<std::vector<std::string>>& commands) {
+  absl::StatusOr<std::vector<Reply>> replies = Send(commands, /*by_sha=*/true);
+  if (!replies.ok()) return replies;
+  // A script the server does not hold (it restarted, or its scripts were flushed) ran nowhere:
+  // sent again in full, it runs once, and the server holds it again.
+  std::vector<size_t> again;
+  std::vector<std::vector<std::string>> in_full;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    if (IsNoScript(*(*replies)[i])) {
+      again.push_back(i);
+      in_full.push_back(commands[i]);
+    }
+  }
+  if (again.empty()) return replies;
+  absl::StatusOr<std::vector<Reply>> retried = Send(in_full, /*by_sha=*/false);
+  if (!retried.ok()) return retried.status();
+  for (size_t k = 0; k < again.size(); ++k) (*replies)[again[k]] = std::move((*retried)[k]);
+  return replies;
+}
+
+absl::StatusOr<std::vector<RedisWorkQueue::Reply>> RedisWorkQueue::Send(
+    const std::vector<std::vector<std::string>>& commands, bool by_sha) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.reconnect_timeout_seconds);
   auto backoff = std::chrono::milliseconds(20);
   std::string last_error;
@@ -358,6 +404,15 @@ absl::StatusOr<std::vector<RedisWorkQueue::Reply>> RedisWorkQueue::Pipeline(
         for (const auto& a : args) {
           argv.push_back(a.data());
           lens.push_back(a.size());
+        }
+        // A script by its SHA-1: the server neither reads nor hashes its text again.
+        if (by_sha && args.size() >= 2 && args[0] == "EVAL") {
+          if (auto sha = script_shas_.find(args[1]); sha != script_shas_.end()) {
+            argv[0] = "EVALSHA";
+            lens[0] = 7;
+            argv[1] = sha->second.data();
+            lens[1] = sha->second.size();
+          }
         }
         if (redisAppendCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
           sent = false;

@@ -125,7 +125,11 @@ class RedisWorkQueue final : public WorkQueue {
   // Sends the commands in one go and reads their replies (an error reply is returned as a reply:
   // see ReplyError), reconnecting with backoff on I/O errors and sending them all again then: only
   // for commands that are safe to repeat.
+  // Scripts (EVAL) go by their SHA-1 (EVALSHA), and in full again where the server lacks them.
   absl::StatusOr<std::vector<Reply>> Pipeline(const std::vector<std::vector<std::string>>& commands);
+  // Pipeline's round trip; `by_sha`: known scripts by their SHA-1.
+  absl::StatusOr<std::vector<Reply>> Send(const std::vector<std::vector<std::string>>& commands,
+                                          bool by_sha);
   // Commands sent along with an enqueue's first round trip (AckCommands), and how they fared.
   struct AcksAlong {
     std::vector<std::vector<std::string>> commands;
@@ -164,6 +168,7 @@ class RedisWorkQueue final : public WorkQueue {
   std::atomic<bool> closed_{false};
   std::mutex mu_;
   std::vector<Context> idle_;                  // the connection pool
+  std::map<std::string, std::string, std::less<>> script_shas_;  // script -> SHA-1 (set once)
   // Per job: results read ahead by NextResult (pending under this consumer) and when expired
   // ones were last looked for.
   std::map<std::string, std::deque<ResultDelivery>> read_ahead_;

@@ -3,17 +3,22 @@
 // a server that stays away, and a consumer that dies mid-item. Skipped where redis-server is not
 // installed.
 
-#include <chrono>
-#include <memory>
-#include <string>
-#include <thread>
+#include "common/queue/redis_queue.h"
 
 #include <hiredis/hiredis.h>
 
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/queue/lease_extender.h"
-#include "common/queue/redis_queue.h"
 #include "common/store/memory_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -349,6 +354,82 @@ size_t RedisInfoMemory(int port) {
   return used;
 }
 
+// Runs one command on a fresh connection; its reply as text ("" if none).
+std::string RedisRaw(int port, const char* command) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  if (c == nullptr || c->err != 0) {
+    redisFree(c);
+    return "";
+  }
+  auto* r = static_cast<redisReply*>(redisCommand(c, command));
+  std::string out = r != nullptr && r->str != nullptr ? std::string(r->str, r->len) : "";
+  freeReplyObject(r);
+  redisFree(c);
+  return out;
+}
+
+// INFO commandstats' successful calls of `command` (calls less failed and rejected ones).
+int64_t RedisCallsThatRan(int port, const std::string& command) {
+  const std::string text = RedisRaw(port, "INFO commandstats");
+  const size_t at = text.find("cmdstat_" + command + ":");
+  if (at == std::string::npos) return 0;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  int64_t calls = 0, failed = 0, rejected = 0;
+  for (absl::string_view field : absl::StrSplit(line.substr(line.find(':') + 1), ',')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(field, '=');
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(kv.second), &v)) continue;
+    if (kv.first == "calls") calls = v;
+    if (kv.first == "failed_calls") failed = v;
+    if (kv.first == "rejected_calls") rejected = v;
+  }
+  return calls - failed - rejected;
+}
+
+// The queue's scripts go by their SHA-1 (the server neither reads nor hashes their text again);
+// a server that has forgotten them gets them in full once more, and each call still runs once.
+TEST_F(RedisQueueFaultTest, ScriptsGoByTheirShaAndComeBackWhenTheServerForgetsThem) {
+  RedisServer server;
+  ASSERT_TRUE(server.Start()) << server.error();
+  auto q = Connect(server, /*lease=*/30.0);
+  ASSERT_NE(q, nullptr);
+  for (const char* id : {"r1", "r2"})
+    ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", id)).ok());
+  EXPECT_GT(RedisCallsThatRan(server.port(), "evalsha"), 0);
+  ASSERT_EQ(RedisRaw(server.port(), "SCRIPT FLUSH"), "OK");
+  // Each script the server lacks now: enqueue (a repeat of r2 adds nothing), finish, acknowledge.
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r2")).ok());
+  ASSERT_TRUE(q->Enqueue("opencl", MakeQueueRequest("j1", "r3")).ok());
+  std::set<std::string> taken;
+  for (int i = 0; i < 3; ++i) {
+    auto item = Take(*q, "w1");
+    ASSERT_TRUE(item.has_value()) << i;
+    taken.insert(item->request.request_id());
+    ASSERT_TRUE(q->Complete("opencl", *item, ResultFor(*item)).ok());
+    if (i == 0) {
+      ASSERT_EQ(RedisRaw(server.port(), "SCRIPT FLUSH"), "OK");
+    }
+  }
+  EXPECT_THAT(taken, ::testing::ElementsAre("r1", "r2", "r3"));
+  auto none = q->Dequeue("opencl", "w1", 0.2);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value()) << "a script sent twice ran twice";
+  auto results = q->NextResults("j1", 10, 2.0);
+  ASSERT_TRUE(results.ok()) << results.status();
+  std::vector<std::string> tokens;
+  while (results.ok() && tokens.size() < 3 && !results->empty()) {
+    for (const auto& r : *results) tokens.push_back(r.ack_token);
+    if (tokens.size() < 3) results = q->NextResults("j1", 10, 2.0);
+  }
+  ASSERT_EQ(tokens.size(), 3u);
+  ASSERT_EQ(RedisRaw(server.port(), "SCRIPT FLUSH"), "OK");
+  ASSERT_TRUE(q->AckResults("j1", tokens).ok());
+  auto after = q->NextResults("j1", 10, 0.3);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->empty());
+  EXPECT_GT(RedisCallsThatRan(server.port(), "eval"), 0) << "a forgotten script was sent in full";
+}
+
 TEST_F(RedisQueueFaultTest, AProblemCrossesOnceAndEveryItemGetsItBack) {
   RedisServer server;
   ASSERT_TRUE(server.Start()) << server.error();
@@ -362,9 +443,11 @@ TEST_F(RedisQueueFaultTest, AProblemCrossesOnceAndEveryItemGetsItBack) {
     r.mutable_problem()->set_description(big);
     ASSERT_TRUE(q->Enqueue("opencl", r).ok());
   }
-  // The work stream holds small entries; the problem is stored once.
+  // The work stream holds small entries; the problem is stored once. (Copied into each entry it
+  // would take 20 times its size; the server's buffers that carried it, its scripts and the
+  // stream's own take about twice its size.)
   const size_t used = RedisInfoMemory(server.port()) - before;
-  EXPECT_LT(used, 3 * big.size()) << "the problem was copied into the entries";
+  EXPECT_LT(used, 5 * big.size()) << "the problem was copied into the entries";
   EXPECT_GT(used, big.size()) << "the problem is stored once";
   auto other = Connect(server, /*lease=*/30);  // a worker: its own connections and cache
   ASSERT_NE(other, nullptr);

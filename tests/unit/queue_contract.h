@@ -781,7 +781,9 @@ TEST_P(QueueContractTest, StatsCountQueuedAndLeasedItemsPerStream) {
   stats = queue().Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   for (const StreamStats& s : *stats) {
-    if (s.stream == "cuda") EXPECT_EQ(s.depth + s.in_flight, 0);
+    if (s.stream == "cuda") {
+      EXPECT_EQ(s.depth + s.in_flight, 0);
+    }
   }
 }
 
