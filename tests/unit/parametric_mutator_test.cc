@@ -896,6 +896,17 @@ TEST(ParametricMutatorTest, TheSpaceCacheStaysBounded) {
 
 // The memo only saves work: a job proposes exactly what it would without it, whether the memo
 // keeps everything, starts over every few entries, or is off.
+// The children of a response count as seen, and join the pool of parents (with ids).
+void Adopt(const v1::MutateResponse& resp, std::set<std::string>& seen,
+           std::vector<v1::Candidate>& pool) {
+  for (const auto& c : resp.children()) {
+    seen.insert(c.content_hash());
+    v1::Candidate child = c;
+    child.set_id(absl::StrCat("c", seen.size()));
+    pool.push_back(child);
+  }
+}
+
 TEST(ParametricMutatorTest, TheVariantMemoChangesNoChild) {
   for (const v1::Problem& problem : {TiledProblem(), WideProblem(), GridProblem()}) {
     const Fixture f = Fixture::Make(problem);
@@ -926,12 +937,7 @@ TEST(ParametricMutatorTest, TheVariantMemoChangesNoChild) {
       }
       EXPECT_EQ(plain.memo_variants(), 0u);
       EXPECT_LE(small.memo_variants(), 7u);
-      for (const auto& c : want->children()) {
-        seen.insert(c.content_hash());
-        v1::Candidate child = c;
-        child.set_id(absl::StrCat("c", seen.size()));
-        pool.push_back(child);
-      }
+      Adopt(*want, seen, pool);
       if (!want->message().empty()) break;
     }
     EXPECT_GT(memo.memo_variants(), 0u) << problem.name();
@@ -982,12 +988,7 @@ TEST(ParametricMutatorTest, TheUsedUpHintIsTrueAndChangesNoChild) {
         used_up.insert(parents[0].id());
       }
       EXPECT_TRUE(!req.neighbours_used_up() || got->neighbours_used_up());
-      for (const auto& c : want->children()) {
-        seen.insert(c.content_hash());
-        v1::Candidate child = c;
-        child.set_id(absl::StrCat("c", seen.size()));
-        pool.push_back(child);
-      }
+      Adopt(*want, seen, pool);
       if (!want->message().empty()) break;
     }
     EXPECT_GT(hints, 5) << problem.name();
