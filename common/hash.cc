@@ -32,14 +32,18 @@ std::string Hex(const unsigned char* digest, unsigned int len) {
   return out;
 }
 
-}  // namespace
-
-std::string Sha256Hex(absl::string_view data) {
+std::string DigestHex(absl::string_view data, const EVP_MD* md) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  KF_CHECK(EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) == 1);
+  KF_CHECK(EVP_Digest(data.data(), data.size(), digest, &len, md, nullptr) == 1);
   return Hex(digest, len);
 }
+
+}  // namespace
+
+std::string Sha256Hex(absl::string_view data) { return DigestHex(data, EVP_sha256()); }
+
+std::string Sha1Hex(absl::string_view data) { return DigestHex(data, EVP_sha1()); }
 
 namespace {
 

@@ -16,6 +16,8 @@ struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 namespace kforge {
 
 std::string Sha256Hex(absl::string_view data);
+// Hex SHA-1, only where another system names things by it (Redis's scripts): not for our hashes.
+std::string Sha1Hex(absl::string_view data);
 
 // Removes comments and white space that cannot change how the code reads (a single space is kept
 // only between two words, two operator characters, two literals, or a word and a quote), so

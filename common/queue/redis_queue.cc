@@ -1,7 +1,6 @@
 #include "common/queue/redis_queue.h"
 
 #include <hiredis/hiredis.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -123,20 +122,6 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return #all / 2
 )lua";
 
-// A script's SHA-1 in hex: EVALSHA names a script the server holds by it.
-std::string ScriptSha(std::string_view body) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  KF_CHECK(EVP_Digest(body.data(), body.size(), digest, &len, EVP_sha1(), nullptr) == 1);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
-}
-
 bool IsNoScript(const redisReply& r) {
   return r.type == REDIS_REPLY_ERROR &&
          absl::StartsWith(absl::string_view(r.str, r.len), "NOSCRIPT");
@@ -254,7 +239,7 @@ RedisWorkQueue::RedisWorkQueue(RedisAddress address, RedisQueueOptions options, 
     : address_(std::move(address)), options_(std::move(options)), log_(std::move(log)) {
   for (const char* script : {kForgetWorkerScript, kStatsScript, kAckScript, kEnqueueScript,
                              kFinishScript, kExtendScript, kPurgeScript}) {
-    script_shas_.emplace(script, ScriptSha(script));
+    script_shas_.emplace(script, Sha1Hex(script));
   }
 }
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <pqxx/pqxx>
 #include <set>
 #include <thread>
 
-#include <pqxx/pqxx>
-
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -148,6 +148,17 @@ absl::StatusOr<std::vector<v1::Job>> JobsFromRows(const pqxx::result& r) {
 // Statements of a batch insert stay well under the server's limits.
 constexpr size_t kBatchRows = 500;
 
+// The VALUES entries `values_of(i)` of rows [begin, end), comma-separated ("" leaves a row out).
+template <typename ValuesFn>
+std::string ValuesList(size_t begin, size_t end, ValuesFn values_of) {
+  std::string values;
+  for (size_t i = begin; i < end; ++i) {
+    const std::string v = values_of(i);
+    if (!v.empty()) absl::StrAppend(&values, values.empty() ? "" : ",", v);
+  }
+  return values;
+}
+
 // A batch write of one job's rows, kBatchRows per statement: `values_of(i)` is row i's VALUES
 // entry ("" leaves it out), `statement(values)` a chunk's statement, whose result rows begin with
 // the job's lease token (null: no such job) and the row's ordinal. The fence is checked on the
@@ -158,11 +169,7 @@ absl::Status FencedBatch(pqxx::transaction_base& w, const std::string& job_id, i
                          ValuesFn values_of, StatementFn statement, RowFn on_row) {
   bool checked = false;
   for (size_t begin = 0; begin < n; begin += kBatchRows) {
-    std::string values;
-    for (size_t i = begin; i < std::min(n, begin + kBatchRows); ++i) {
-      const std::string v = values_of(i);
-      if (!v.empty()) absl::StrAppend(&values, values.empty() ? "" : ",", v);
-    }
+    const std::string values = ValuesList(begin, std::min(n, begin + kBatchRows), values_of);
     if (values.empty()) continue;
     const pqxx::result rows = w.exec(statement(values));
     if (!checked && !rows.empty()) {
@@ -336,7 +343,7 @@ const std::string& StepWriteDefinition() {
 // A PostgreSQL array literal, built element by element (every element quoted).
 class ArrayLiteral {
  public:
-  void Add(std::string_view text) {
+  void Add(absl::string_view text) {
     out_.append(out_.size() == 1 ? "\"" : ",\"");
     for (char ch : text) {
       if (ch == '"' || ch == '\\') out_.push_back('\\');
@@ -346,14 +353,9 @@ class ArrayLiteral {
   }
   void Add(int64_t n) { absl::StrAppend(&out_, out_.size() == 1 ? "" : ",", n); }
   // A bytea element in the hex format.
-  void AddBytes(std::string_view bytes) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    out_.append(out_.size() == 1 ? "\"\\\\x" : ",\"\\\\x");
-    for (unsigned char b : bytes) {
-      out_.push_back(kHex[b >> 4]);
-      out_.push_back(kHex[b & 15]);
-    }
-    out_.push_back('"');
+  void AddBytes(absl::string_view bytes) {
+    absl::StrAppend(&out_, out_.size() == 1 ? "" : ",", "\"\\\\x", absl::BytesToHexString(bytes),
+                    "\"");
   }
   std::string Take() {
     out_.push_back('}');
@@ -781,15 +783,12 @@ absl::StatusOr<StepOutcome> PostgresStore::PutEvaluationsAndCandidates(
         };
         const auto literal = [&] {  // joined: rare (a result for an unknown candidate)
           const std::string job = w.quote(job_id);
-          std::string result_values, candidate_values;
-          for (size_t i = 0; i < results.size(); ++i) {
-            const std::string v = EvaluationRow(w, job_id, i, results[i], result_bodies[i]);
-            if (!v.empty()) absl::StrAppend(&result_values, result_values.empty() ? "" : ",", v);
-          }
-          for (size_t i = 0; i < candidates.size(); ++i) {
-            absl::StrAppend(&candidate_values, i == 0 ? "" : ",",
-                            CandidateRow(w, i, candidates[i], candidate_bodies[i]));
-          }
+          const std::string result_values = ValuesList(0, results.size(), [&](size_t i) {
+            return EvaluationRow(w, job_id, i, results[i], result_bodies[i]);
+          });
+          const std::string candidate_values = ValuesList(0, candidates.size(), [&](size_t i) {
+            return CandidateRow(w, i, candidates[i], candidate_bodies[i]);
+          });
           return w.exec(
               StepWriteStatement(job, absl::StrCat(fence), absl::StrCat("VALUES ", result_values),
                                  absl::StrCat("VALUES ", candidate_values), /*joined=*/true));

@@ -230,8 +230,8 @@ std::optional<ParamAssignment> ParametricMutator::Neighbour(
         if (v >= 0 && v < params[p].values_size()) moves.emplace_back(p, v);
       }
     }
-    std::shuffle(moves.begin(), moves.end(),
-                 rng);  // drawn even when known: the rest draws the same
+    // Drawn even when known used up: the rest of the call draws the same.
+    std::shuffle(moves.begin(), moves.end(), rng);
     if (known_used_up) continue;
     for (const auto& [p, v] : moves) {
       std::vector<int> next = *idx;
