@@ -16,122 +16,25 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/hash.h"
+#include "common/queue/redis_scripts.h"
 #include "common/status_macros.h"
 
 namespace kforge {
 
 namespace {
 
+using redis_scripts::kAckScript;
+using redis_scripts::kEnqueueScript;
+using redis_scripts::kExtendScript;
+using redis_scripts::kFinishScript;
+using redis_scripts::kForgetWorkerScript;
+using redis_scripts::kPurgeScript;
+using redis_scripts::kStatsScript;
+
 constexpr char kWorkers[] = "workers";
 constexpr char kCoordinators[] = "coordinators";
 constexpr double kSliceSeconds = 0.1;  // longest blocking read: Close latency
 constexpr int kReadAhead = 64;         // results read per XREADGROUP
-
-// ListWorkers: forget a worker's entry only if it is still the stale one that was read.
-constexpr char kForgetWorkerScript[] = R"lua(
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-return 0
-)lua";
-
-// Stats: ARGV = work-stream key pattern, group. For each work stream: key, length, entries the
-// group holds (leased), and the age in ms of the oldest entry not yet delivered (0 when none),
-// on the server's clock (entry ids are its milliseconds).
-constexpr char kStatsScript[] = R"lua(
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local out = {}
-local cursor = '0'
-repeat
-  local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 100, 'TYPE', 'stream')
-  cursor = page[1]
-  for _, key in ipairs(page[2]) do
-    local pending, last = 0, '0-0'
-    local groups = redis.pcall('XINFO', 'GROUPS', key)
-    if type(groups) == 'table' and groups.err == nil then
-      for _, g in ipairs(groups) do
-        local f = {}
-        for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
-        if f['name'] == ARGV[2] then pending, last = f['pending'], f['last-delivered-id'] end
-      end
-    end
-    local oldest = 0
-    local first = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
-    if #first > 0 then oldest = math.max(0, now_ms - tonumber(string.match(first[1][1], '^(%d+)'))) end
-    table.insert(out, {key, redis.call('XLEN', key), pending, oldest})
-  end
-until cursor == '0'
-return out
-)lua";
-
-// AckResults: acknowledge and delete result entries, ARGV = group, ids... (a group lost with the
-// data is no error).
-constexpr char kAckScript[] = R"lua(
-pcall(redis.call, 'XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
-return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
-)lua";
-
-// Enqueue: KEYS = candidate key, work stream, job hash, problem key; ARGV = payload, ttl ms.
-// -1 when the problem key is missing (the caller stores it and calls again).
-constexpr char kEnqueueScript[] = R"lua(
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if redis.call('EXISTS', KEYS[4]) == 0 then return -1 end
-local id = redis.call('XADD', KEYS[2], '*', 'req', ARGV[1], 'prob', KEYS[4])
-redis.call('SET', KEYS[1], id, 'PX', ARGV[2])
-redis.call('HSET', KEYS[3], id .. ' ' .. KEYS[2], KEYS[1])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return 1
-)lua";
-
-// Finish (complete or poison): KEYS = work stream, result stream, candidate key, job hash;
-// ARGV = entry id, result payload, group, delivery count. Only the current delivery acknowledges
-// and frees the candidate; the result is published either way.
-constexpr char kFinishScript[] = R"lua(
-local p = redis.pcall('XPENDING', KEYS[1], ARGV[3], ARGV[1], ARGV[1], 1)
-local current = type(p) == 'table' and p.err == nil and #p == 1 and tostring(p[1][4]) == ARGV[4]
-if current then
-  redis.call('XACK', KEYS[1], ARGV[3], ARGV[1])
-  redis.call('XDEL', KEYS[1], ARGV[1])
-  if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
-  redis.call('HDEL', KEYS[4], ARGV[1] .. ' ' .. KEYS[1])
-end
-redis.call('XADD', KEYS[2], '*', 'res', ARGV[2])
-if current then return 1 end
-return 0
-)lua";
-
-// ExtendLease: KEYS = work stream; ARGV = group, entry id, delivery count.
-constexpr char kExtendScript[] = R"lua(
-local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if type(p) ~= 'table' or p.err ~= nil or #p ~= 1 or tostring(p[1][4]) ~= ARGV[3] then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], p[1][2], 0, ARGV[2], 'JUSTID')
-return 1
-)lua";
-
-// PurgeJob: KEYS = job hash, result stream; ARGV = group.
-constexpr char kPurgeScript[] = R"lua(
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local sp = string.find(all[i], ' ', 1, true)
-  local id = string.sub(all[i], 1, sp - 1)
-  local stream = string.sub(all[i], sp + 1)
-  redis.pcall('XACK', stream, ARGV[1], id)
-  redis.call('XDEL', stream, id)
-  if redis.call('GET', all[i + 1]) == id then redis.call('DEL', all[i + 1]) end
-end
-redis.call('DEL', KEYS[1], KEYS[2])
-return #all / 2
-)lua";
-
-bool IsNoScript(const redisReply& r) {
-  return r.type == REDIS_REPLY_ERROR &&
-         absl::StartsWith(absl::string_view(r.str, r.len), "NOSCRIPT");
-}
-
-bool IsNoGroup(const absl::Status& st) {
-  return absl::IsFailedPrecondition(st) && absl::StartsWith(st.message(), "NOGROUP");
-}
-
-std::string Str(const redisReply& r) { return std::string(r.str, r.len); }
 
 int64_t Millis(double seconds) { return std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1000))); }
 
@@ -142,8 +45,8 @@ bool ParseDeliveryId(const std::string& delivery_id, std::string* entry_id, int*
   return !entry_id->empty() && absl::SimpleAtoi(parts.second, deliveries);
 }
 
-// The first entry of an XREADGROUP reply ([[key, [[id, [f, v, ...]], ...]]]), or null.
-// The entries array of an XREADGROUP reply on one stream; nullptr when there are none.
+// The entries array of an XREADGROUP reply on one stream ([[key, [[id, [f, v, ...]], ...]]]);
+// nullptr when there are none.
 const redisReply* ReadEntries(const redisReply& r) {
   if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) return nullptr;
   const redisReply* stream = r.element[0];
@@ -153,13 +56,10 @@ const redisReply* ReadEntries(const redisReply& r) {
   return entries;
 }
 
+// The first entry of an XREADGROUP reply, or nullptr.
 const redisReply* FirstReadEntry(const redisReply& r) {
-  if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) return nullptr;
-  const redisReply* stream = r.element[0];
-  if (stream->type != REDIS_REPLY_ARRAY || stream->elements < 2) return nullptr;
-  const redisReply* entries = stream->element[1];
-  if (entries->type != REDIS_REPLY_ARRAY || entries->elements == 0) return nullptr;
-  return entries->element[0];
+  const redisReply* entries = ReadEntries(r);
+  return entries == nullptr ? nullptr : entries->element[0];
 }
 
 // An entry [id, [field, value, ...]]: its id and the value of `field` ("" and false if absent).
@@ -167,13 +67,14 @@ bool EntryField(const redisReply& entry, const char* field, std::string* id, std
   if (entry.type != REDIS_REPLY_ARRAY || entry.elements < 2 || entry.element[0]->type != REDIS_REPLY_STRING) {
     return false;
   }
-  *id = Str(*entry.element[0]);
+  *id = RedisString(*entry.element[0]);
   const redisReply* fields = entry.element[1];
   if (fields->type != REDIS_REPLY_ARRAY) return false;
   for (size_t i = 0; i + 1 < fields->elements; i += 2) {
-    if (fields->element[i]->type == REDIS_REPLY_STRING && Str(*fields->element[i]) == field &&
+    if (fields->element[i]->type == REDIS_REPLY_STRING &&
+        RedisString(*fields->element[i]) == field &&
         fields->element[i + 1]->type == REDIS_REPLY_STRING) {
-      *value = Str(*fields->element[i + 1]);
+      *value = RedisString(*fields->element[i + 1]);
       return true;
     }
   }
@@ -181,44 +82,6 @@ bool EntryField(const redisReply& entry, const char* field, std::string* id, std
 }
 
 }  // namespace
-
-void RedisWorkQueue::ReplyDeleter::operator()(redisReply* r) const { freeReplyObject(r); }
-void RedisWorkQueue::ContextDeleter::operator()(redisContext* c) const { redisFree(c); }
-
-absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
-  // What is wrong, with the URL as it may be shown (its password cut out).
-  const auto bad = [&url](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("queue URL \"", RedactUrlPassword(url), "\": ", why));
-  };
-  absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "redis://")) return bad("expected redis://[[user]:password@]host:port[/db]");
-  RedisAddress a;
-  if (size_t at = rest.rfind('@'); at != absl::string_view::npos && at < rest.find('/')) {
-    const absl::string_view userinfo = rest.substr(0, at);
-    const size_t colon = userinfo.find(':');
-    a.user = std::string(userinfo.substr(0, colon));
-    if (colon != absl::string_view::npos) a.password = std::string(userinfo.substr(colon + 1));
-    if (a.password.empty()) {  // redis://secret@host: the password alone
-      a.password = a.user;
-      a.user.clear();
-    }
-    rest.remove_prefix(at + 1);
-  }
-  absl::string_view hostport = rest;
-  if (size_t slash = rest.find('/'); slash != absl::string_view::npos) {
-    hostport = rest.substr(0, slash);
-    absl::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && (!absl::SimpleAtoi(db, &a.db) || a.db < 0)) return bad("the database must be a number");
-  }
-  const size_t colon = hostport.rfind(':');
-  a.host = std::string(hostport.substr(0, colon));
-  if (colon != absl::string_view::npos &&
-      (!absl::SimpleAtoi(hostport.substr(colon + 1), &a.port) || a.port <= 0 || a.port > 65535)) {
-    return bad("bad port");
-  }
-  if (a.host.empty()) return bad("no host");
-  return a;
-}
 
 absl::StatusOr<std::unique_ptr<RedisWorkQueue>> RedisWorkQueue::Connect(const std::string& url,
                                                                         RedisQueueOptions options, Logger log) {
@@ -230,227 +93,45 @@ absl::StatusOr<std::unique_ptr<RedisWorkQueue>> RedisWorkQueue::Connect(const st
   }
   if (!options.password.empty()) address->password = options.password;
   std::unique_ptr<RedisWorkQueue> q(new RedisWorkQueue(*std::move(address), std::move(options), std::move(log)));
-  auto ping = q->Command({"PING"});
+  auto ping = q->redis_.Command({"PING"});
   if (!ping.ok()) return ping.status();
   return q;
 }
 
 RedisWorkQueue::RedisWorkQueue(RedisAddress address, RedisQueueOptions options, Logger log)
-    : address_(std::move(address)), options_(std::move(options)), log_(std::move(log)) {
-  for (const char* script : {kForgetWorkerScript, kStatsScript, kAckScript, kEnqueueScript,
-                             kFinishScript, kExtendScript, kPurgeScript}) {
-    script_shas_.emplace(script, Sha1Hex(script));
-  }
-}
+    : options_(std::move(options)),
+      log_(log),
+      redis_(
+          std::move(address),
+          RedisClientOptions{.reconnect_timeout_seconds = options_.reconnect_timeout_seconds,
+                             .socket_timeout_seconds = options_.io_timeout_seconds + kSliceSeconds,
+                             .epoch_key = options_.key_prefix + "epoch"},
+          {kForgetWorkerScript, kStatsScript, kAckScript, kEnqueueScript, kFinishScript,
+           kExtendScript, kPurgeScript},
+          std::move(log)) {}
 
 RedisWorkQueue::~RedisWorkQueue() = default;
 
-absl::StatusOr<RedisWorkQueue::Context> RedisWorkQueue::NewConnection() {
-  auto tv = [](double s) {
-    timeval t{};
-    t.tv_sec = static_cast<time_t>(s);
-    t.tv_usec = static_cast<suseconds_t>((s - std::floor(s)) * 1e6);
-    return t;
-  };
-  Context c(redisConnectWithTimeout(address_.host.c_str(), address_.port, tv(2.0)));
-  if (c == nullptr) return absl::UnavailableError("redis: cannot allocate a connection");
-  if (c->err != 0) {
-    return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port, ": ", c->errstr));
-  }
-  redisSetTimeout(c.get(), tv(options_.io_timeout_seconds + kSliceSeconds));
-  if (!address_.password.empty()) {
-    Reply r(static_cast<redisReply*>(
-        address_.user.empty()
-            ? redisCommand(c.get(), "AUTH %b", address_.password.data(), address_.password.size())
-            : redisCommand(c.get(), "AUTH %b %b", address_.user.data(), address_.user.size(),
-                           address_.password.data(), address_.password.size())));
-    if (r == nullptr) return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port, ": AUTH got no answer"));
-    if (r->type == REDIS_REPLY_ERROR) {
-      // The server's words (WRONGPASS, ...) name no secret.
-      return absl::UnauthenticatedError(
-          absl::StrCat("redis at ", address_.host, ":", address_.port, ": AUTH refused: ", std::string(r->str, r->len)));
-    }
-  }
-  if (address_.db != 0) {
-    const std::string db = absl::StrCat(address_.db);
-    Reply r(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %s", db.c_str())));
-    if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
-      return absl::UnavailableError(absl::StrCat("redis: SELECT ", db, " failed"));
-    }
-  }
-  // Every new connection (the first, and each after a broken one) reads the server's epoch
-  // marker, a random value set once: a server that answers without ours lost its data.
-  const std::string key = options_.key_prefix + "epoch";
-  std::random_device rd;
-  const std::string fresh = absl::StrCat(absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8),
-                                         absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8));
-  Reply set(static_cast<redisReply*>(redisCommand(c.get(), "SET %b %b NX", key.data(), key.size(), fresh.data(),
-                                                  fresh.size())));
-  Reply get(static_cast<redisReply*>(redisCommand(c.get(), "GET %b", key.data(), key.size())));
-  if (get != nullptr && get->type == REDIS_REPLY_ERROR && absl::StartsWith(Str(*get), "NOAUTH")) {
-    return absl::UnauthenticatedError(absl::StrCat("redis at ", address_.host, ":", address_.port,
-                                                   " wants a password: give queue.password_file (or "
-                                                   "redis://:PASSWORD@host:port)"));
-  }
-  if (set == nullptr || get == nullptr || get->type != REDIS_REPLY_STRING) {
-    return absl::UnavailableError(absl::StrCat("redis at ", address_.host, ":", address_.port,
-                                               ": cannot read the epoch marker"));
-  }
-  const std::string epoch(get->str, get->len);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (epoch_.empty()) {
-    epoch_ = epoch;
-  } else if (epoch != epoch_) {
-    epoch_ = epoch;
-    ++data_losses_;
-    log_->warn("redis at {}:{} came back without its data (epoch marker changed): queued work and unread results "
-               "are gone", address_.host, address_.port);
-  }
-  return c;
-}
-
-int64_t RedisWorkQueue::DataLosses() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return data_losses_;
-}
-
-namespace {
-
-// An error reply as a Status (NOGROUP ones FailedPrecondition, see IsNoGroup); OK otherwise.
-absl::Status ReplyError(const redisReply& r, const std::string& command) {
-  if (r.type != REDIS_REPLY_ERROR) return absl::OkStatus();
-  const std::string msg = Str(r);
-  if (absl::StartsWith(msg, "NOGROUP")) return absl::FailedPreconditionError(msg);
-  return absl::InternalError(absl::StrCat("redis ", command, ": ", msg));
-}
-
-}  // namespace
-
-absl::StatusOr<RedisWorkQueue::Reply> RedisWorkQueue::Command(const std::vector<std::string>& args) {
-  absl::StatusOr<std::vector<Reply>> r = Pipeline({args});
-  if (!r.ok()) return r.status();
-  Reply reply = std::move(r->front());
-  if (absl::Status st = ReplyError(*reply, args[0]); !st.ok()) return st;
-  return reply;
-}
-
-absl::StatusOr<std::vector<RedisWorkQueue::Reply>> RedisWorkQueue::Pipeline(
-    const std::vector<std::vector<std::string>>& commands) {
-  absl::StatusOr<std::vector<Reply>> replies = Send(commands, /*by_sha=*/true);
-  if (!replies.ok()) return replies;
-  // A script the server does not hold (it restarted, or its scripts were flushed) ran nowhere:
-  // sent again in full, it runs once, and the server holds it again.
-  std::vector<size_t> again;
-  std::vector<std::vector<std::string>> in_full;
-  for (size_t i = 0; i < commands.size(); ++i) {
-    if (IsNoScript(*(*replies)[i])) {
-      again.push_back(i);
-      in_full.push_back(commands[i]);
-    }
-  }
-  if (again.empty()) return replies;
-  absl::StatusOr<std::vector<Reply>> retried = Send(in_full, /*by_sha=*/false);
-  if (!retried.ok()) return retried.status();
-  for (size_t k = 0; k < again.size(); ++k) (*replies)[again[k]] = std::move((*retried)[k]);
-  return replies;
-}
-
-absl::StatusOr<std::vector<RedisWorkQueue::Reply>> RedisWorkQueue::Send(
-    const std::vector<std::vector<std::string>>& commands, bool by_sha) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.reconnect_timeout_seconds);
-  auto backoff = std::chrono::milliseconds(20);
-  std::string last_error;
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  while (true) {
-    Context c;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!idle_.empty()) {
-        c = std::move(idle_.back());
-        idle_.pop_back();
-      }
-    }
-    if (c == nullptr) {
-      auto made = NewConnection();
-      if (made.ok()) {
-        c = *std::move(made);
-      } else if (absl::IsUnauthenticated(made.status())) {
-        return made.status();  // a password does not become right by waiting
-      } else {
-        last_error = std::string(made.status().message());
-      }
-    }
-    if (c != nullptr) {
-      bool sent = true;
-      for (const auto& args : commands) {
-        argv.clear();
-        lens.clear();
-        for (const auto& a : args) {
-          argv.push_back(a.data());
-          lens.push_back(a.size());
-        }
-        // A script by its SHA-1: the server neither reads nor hashes its text again.
-        if (by_sha && args.size() >= 2 && args[0] == "EVAL") {
-          if (auto sha = script_shas_.find(args[1]); sha != script_shas_.end()) {
-            argv[0] = "EVALSHA";
-            lens[0] = 7;
-            argv[1] = sha->second.data();
-            lens[1] = sha->second.size();
-          }
-        }
-        if (redisAppendCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-          sent = false;
-          break;
-        }
-      }
-      std::vector<Reply> replies;
-      replies.reserve(commands.size());
-      while (sent && replies.size() < commands.size()) {
-        void* raw = nullptr;
-        if (redisGetReply(c.get(), &raw) != REDIS_OK || raw == nullptr) break;
-        replies.emplace_back(static_cast<redisReply*>(raw));
-      }
-      if (replies.size() == commands.size()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        idle_.push_back(std::move(c));
-        return replies;
-      }
-      last_error = absl::StrCat(address_.host, ":", address_.port, ": ", c->errstr);
-      // The connection is broken: drop it, and every idle one (a restarted server broke them all).
-      std::lock_guard<std::mutex> lock(mu_);
-      idle_.clear();
-    }
-    const std::string& what = commands.front().front();
-    if (closed_.load()) return absl::CancelledError(absl::StrCat("queue closed; redis unreachable: ", last_error));
-    if (std::chrono::steady_clock::now() + backoff >= deadline) {
-      return absl::UnavailableError(absl::StrCat("redis unreachable for ", options_.reconnect_timeout_seconds,
-                                                 " s: ", last_error));
-    }
-    log_->warn("redis {} failed ({}); reconnecting", what, last_error);
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-  }
-}
+int64_t RedisWorkQueue::DataLosses() { return redis_.DataLosses(); }
 
 absl::Status RedisWorkQueue::EnsureGroup(const std::string& key, const std::string& group) {
-  auto r = Command({"XGROUP", "CREATE", key, group, "0", "MKSTREAM"});
+  auto r = redis_.Command({"XGROUP", "CREATE", key, group, "0", "MKSTREAM"});
   if (!r.ok() && !absl::StrContains(r.status().message(), "BUSYGROUP")) return r.status();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> RedisWorkQueue::StoreProblem(const v1::EvaluationRequest& request, bool again) {
   const std::string job = request.job_id();
-  int64_t losses = 0;
+  const int64_t losses = redis_.DataLosses();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    losses = data_losses_;
     auto it = problem_keys_.find(job);
     if (!again && it != problem_keys_.end() && it->second.second == losses) return it->second.first;
   }
   const std::string bytes = request.problem().SerializeAsString();
   const std::string key = absl::StrCat(options_.key_prefix, "p:", Sha256Hex(bytes));
-  auto r = Command({"SET", key, bytes, "PX", absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
+  auto r = redis_.Command(
+      {"SET", key, bytes, "PX", absl::StrCat(Millis(options_.candidate_key_ttl_seconds))});
   if (!r.ok()) return r.status();
   std::lock_guard<std::mutex> lock(mu_);
   problem_keys_[job] = {key, losses};  // sent again after a data loss
@@ -464,11 +145,12 @@ absl::StatusOr<std::shared_ptr<const v1::Problem>> RedisWorkQueue::FetchProblem(
       if (k == key) return p;
     }
   }
-  auto r = Command({"GET", key});
+  auto r = redis_.Command({"GET", key});
   if (!r.ok()) return r.status();
   if ((*r)->type != REDIS_REPLY_STRING) return absl::NotFoundError(absl::StrCat("problem ", key, " is gone"));
   auto p = std::make_shared<v1::Problem>();
-  if (!p->ParseFromString(Str(**r))) return absl::DataLossError(absl::StrCat("problem ", key, " does not parse"));
+  if (!p->ParseFromString(RedisString(**r)))
+    return absl::DataLossError(absl::StrCat("problem ", key, " does not parse"));
   std::lock_guard<std::mutex> lock(mu_);
   problems_.emplace_front(key, p);
   if (problems_.size() > kCachedProblems) problems_.pop_back();
@@ -513,7 +195,7 @@ absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
                                          const std::vector<const v1::EvaluationRequest*>& requests,
                                          AcksAlong* along) {
   if (requests.empty()) return absl::OkStatus();
-  if (closed_.load()) return absl::CancelledError("queue closed");
+  if (redis_.closed()) return absl::CancelledError("queue closed");
   // The problem travels once (a key of its own); each entry names it. The script refuses an
   // entry whose problem is not there (it expired, or Redis lost it): store it again, then retry.
   std::vector<std::string> payloads;
@@ -541,19 +223,19 @@ absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
     // The acknowledgements go after the requests (those are what a worker waits for), once.
     const bool with_acks = along != nullptr && !along->sent;
     if (with_acks) commands.insert(commands.end(), along->commands.begin(), along->commands.end());
-    absl::StatusOr<std::vector<Reply>> replies = Pipeline(commands);
+    absl::StatusOr<std::vector<RedisReply>> replies = redis_.Pipeline(commands);
     if (with_acks) {
       along->sent = true;
       along->status = replies.status();
       for (size_t k = todo.size(); replies.ok() && along->status.ok() && k < replies->size(); ++k) {
-        along->status = ReplyError(*(*replies)[k], "EVAL");
+        along->status = RedisReplyError(*(*replies)[k], "EVAL");
       }
     }
     if (!replies.ok()) return replies.status();
     std::vector<size_t> again;
     for (size_t k = 0; k < todo.size(); ++k) {
       const redisReply& r = *(*replies)[k];
-      if (absl::Status st = ReplyError(r, "EVAL"); !st.ok()) return st;
+      if (absl::Status st = RedisReplyError(r, "EVAL"); !st.ok()) return st;
       if (r.type == REDIS_REPLY_INTEGER && r.integer == -1) again.push_back(todo[k]);
     }
     todo = std::move(again);
@@ -572,8 +254,8 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ItemFromEntry(const std:
     // Not ours to evaluate: drop it rather than hand it out forever.
     log_->error("stream {}: dropping malformed entry {}", key, id);
     if (!id.empty()) {
-      (void)Command({"XACK", key, kWorkers, id});
-      (void)Command({"XDEL", key, id});
+      (void)redis_.Command({"XACK", key, kWorkers, id});
+      (void)redis_.Command({"XDEL", key, id});
     }
     return std::optional<WorkItem>();
   }
@@ -603,8 +285,9 @@ absl::StatusOr<bool> RedisWorkQueue::Finish(const std::string& key, const std::s
                                             const v1::EvaluationResult& result) {
   std::string payload;
   if (!result.SerializeToString(&payload)) return absl::InternalError("cannot serialise the result");
-  auto r = Command({"EVAL", kFinishScript, "4", key, ResultKey(result.job_id()), CandidateKeyOf(request),
-                    JobKey(request.job_id()), entry_id, payload, kWorkers, absl::StrCat(deliveries)});
+  auto r = redis_.Command({"EVAL", kFinishScript, "4", key, ResultKey(result.job_id()),
+                           CandidateKeyOf(request), JobKey(request.job_id()), entry_id, payload,
+                           kWorkers, absl::StrCat(deliveries)});
   if (!r.ok()) return r.status();
   return (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1;
 }
@@ -613,19 +296,20 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ClaimExpired(const std::
                                                                      const std::string& consumer) {
   std::string cursor = "0-0";
   while (true) {
-    auto r = Command({"XAUTOCLAIM", key, kWorkers, consumer, absl::StrCat(Millis(options_.queue.lease_seconds)),
-                      cursor, "COUNT", "1"});
+    auto r =
+        redis_.Command({"XAUTOCLAIM", key, kWorkers, consumer,
+                        absl::StrCat(Millis(options_.queue.lease_seconds)), cursor, "COUNT", "1"});
     if (!r.ok()) return r.status();
     const redisReply& reply = **r;
     if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 2) return absl::InternalError("redis XAUTOCLAIM: bad reply");
-    cursor = Str(*reply.element[0]);
+    cursor = RedisString(*reply.element[0]);
     const redisReply& entries = *reply.element[1];
     if (entries.type == REDIS_REPLY_ARRAY && entries.elements > 0) {
       const redisReply& entry = *entries.element[0];
       std::string id, payload;
       if (entry.type != REDIS_REPLY_ARRAY || entry.elements < 1) continue;
-      id = Str(*entry.element[0]);
-      auto p = Command({"XPENDING", key, kWorkers, id, id, "1"});
+      id = RedisString(*entry.element[0]);
+      auto p = redis_.Command({"XPENDING", key, kWorkers, id, id, "1"});
       if (!p.ok()) return p.status();
       int deliveries = 0;
       if ((*p)->type == REDIS_REPLY_ARRAY && (*p)->elements == 1 && (*p)->element[0]->elements == 4) {
@@ -653,7 +337,7 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::Dequeue(const std::strin
   const std::string key = WorkKey(stream);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_seconds));
   while (true) {
-    if (closed_.load()) return std::optional<WorkItem>();
+    if (redis_.closed()) return std::optional<WorkItem>();
     // Expired leases are looked for a few times per lease, not on every call (it costs a round
     // trip): a dead worker's item goes out again within about 1.25 leases.
     bool claim = false;
@@ -668,7 +352,7 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::Dequeue(const std::strin
     }
     if (claim) {
       auto claimed = ClaimExpired(key, consumer);
-      if (IsNoGroup(claimed.status())) {
+      if (IsRedisNoGroup(claimed.status())) {
         if (absl::Status st = EnsureGroup(key, kWorkers); !st.ok()) return st;
         continue;
       }
@@ -686,8 +370,8 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::Dequeue(const std::strin
       args.insert(args.end(), {"BLOCK", absl::StrCat(Millis(std::min(left, kSliceSeconds)))});
     }
     args.insert(args.end(), {"STREAMS", key, ">"});
-    auto r = Command(args);
-    if (IsNoGroup(r.status())) {
+    auto r = redis_.Command(args);
+    if (IsRedisNoGroup(r.status())) {
       if (absl::Status st = EnsureGroup(key, kWorkers); !st.ok()) return st;
       continue;
     }
@@ -707,7 +391,8 @@ absl::Status RedisWorkQueue::ExtendLease(const std::string& stream, const WorkIt
   if (!ParseDeliveryId(item.delivery_id, &id, &deliveries)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed delivery id \"", item.delivery_id, "\""));
   }
-  auto r = Command({"EVAL", kExtendScript, "1", WorkKey(stream), kWorkers, id, absl::StrCat(deliveries)});
+  auto r = redis_.Command(
+      {"EVAL", kExtendScript, "1", WorkKey(stream), kWorkers, id, absl::StrCat(deliveries)});
   if (!r.ok()) return r.status();
   if ((*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
@@ -732,8 +417,8 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::ResultFromReply(co
   if (!EntryField(entry, "res", &id, &payload) || !d.result.ParseFromString(payload)) {
     log_->error("stream {}: dropping malformed result {}", key, id);
     if (!id.empty()) {
-      (void)Command({"XACK", key, kCoordinators, id});
-      (void)Command({"XDEL", key, id});
+      (void)redis_.Command({"XACK", key, kCoordinators, id});
+      (void)redis_.Command({"XDEL", key, id});
     }
     return std::optional<ResultDelivery>();
   }
@@ -747,7 +432,7 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
   const std::string& me = options_.coordinator;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_seconds));
   while (true) {
-    if (closed_.load()) return std::optional<ResultDelivery>();
+    if (redis_.closed()) return std::optional<ResultDelivery>();
     // 1. Results an earlier queue with this consumer name read and never acknowledged.
     std::string cursor;
     {
@@ -756,8 +441,9 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
       cursor = it->second;
     }
     if (!cursor.empty()) {
-      auto r = Command({"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", "1", "STREAMS", key, cursor});
-      if (IsNoGroup(r.status())) {
+      auto r = redis_.Command(
+          {"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", "1", "STREAMS", key, cursor});
+      if (IsRedisNoGroup(r.status())) {
         if (absl::Status st = EnsureGroup(key, kCoordinators); !st.ok()) return st;
         continue;
       }
@@ -766,14 +452,14 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
       std::string id, unused;
       const bool got = entry != nullptr && entry->type == REDIS_REPLY_ARRAY && entry->elements >= 1 &&
                        entry->element[0]->type == REDIS_REPLY_STRING;
-      if (got) id = Str(*entry->element[0]);
+      if (got) id = RedisString(*entry->element[0]);
       {
         std::lock_guard<std::mutex> lock(mu_);
         history_cursor_[job_id] = id;  // "" ends the re-reading
       }
       if (got) {
         // Restart its redelivery clock, then hand it out.
-        (void)Command({"XCLAIM", key, kCoordinators, me, "0", id, "JUSTID"});
+        (void)redis_.Command({"XCLAIM", key, kCoordinators, me, "0", id, "JUSTID"});
         auto d = ResultFromReply(key, *entry);
         if (!d.ok() || d->has_value()) return d;
       }
@@ -803,13 +489,14 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
     }
     std::string claim_cursor = "0-0";
     while (reclaim) {
-      auto r = Command({"XAUTOCLAIM", key, kCoordinators, me,
-                        absl::StrCat(Millis(options_.queue.result_redelivery_seconds)), claim_cursor, "COUNT", "1"});
-      if (IsNoGroup(r.status())) break;  // created below
+      auto r = redis_.Command({"XAUTOCLAIM", key, kCoordinators, me,
+                               absl::StrCat(Millis(options_.queue.result_redelivery_seconds)),
+                               claim_cursor, "COUNT", "1"});
+      if (IsRedisNoGroup(r.status())) break;  // created below
       if (!r.ok()) return r.status();
       const redisReply& reply = **r;
       if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 2) return absl::InternalError("redis XAUTOCLAIM: bad reply");
-      claim_cursor = Str(*reply.element[0]);
+      claim_cursor = RedisString(*reply.element[0]);
       const redisReply& entries = *reply.element[1];
       if (entries.type == REDIS_REPLY_ARRAY && entries.elements > 0) {
         auto d = ResultFromReply(key, *entries.element[0]);
@@ -822,8 +509,8 @@ absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const s
     std::vector<std::string> args = {"XREADGROUP", "GROUP", kCoordinators, me, "COUNT", absl::StrCat(kReadAhead)};
     if (left > 0) args.insert(args.end(), {"BLOCK", absl::StrCat(Millis(std::min(left, kSliceSeconds)))});
     args.insert(args.end(), {"STREAMS", key, ">"});
-    auto r = Command(args);
-    if (IsNoGroup(r.status())) {
+    auto r = redis_.Command(args);
+    if (IsRedisNoGroup(r.status())) {
       if (absl::Status st = EnsureGroup(key, kCoordinators); !st.ok()) return st;
       continue;
     }
@@ -890,17 +577,17 @@ std::vector<std::vector<std::string>> RedisWorkQueue::AckCommands(
 absl::Status RedisWorkQueue::AckResults(const std::string& job_id,
                                         const std::vector<std::string>& ack_tokens) {
   if (ack_tokens.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<Reply>> replies =
-      Pipeline(AckCommands(job_id, ack_tokens));  // one round trip
+  absl::StatusOr<std::vector<RedisReply>> replies =
+      redis_.Pipeline(AckCommands(job_id, ack_tokens));  // one round trip
   if (!replies.ok()) return replies.status();
-  for (const Reply& r : *replies) {
-    if (absl::Status st = ReplyError(*r, "EVAL"); !st.ok()) return st;
+  for (const RedisReply& r : *replies) {
+    if (absl::Status st = RedisReplyError(*r, "EVAL"); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
 
 absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {
-  auto r = Command({"EVAL", kPurgeScript, "2", JobKey(job_id), ResultKey(job_id), kWorkers});
+  auto r = redis_.Command({"EVAL", kPurgeScript, "2", JobKey(job_id), ResultKey(job_id), kWorkers});
   {
     std::lock_guard<std::mutex> lock(mu_);
     history_cursor_.erase(job_id);
@@ -909,27 +596,27 @@ absl::Status RedisWorkQueue::PurgeJob(const std::string& job_id) {
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
-void RedisWorkQueue::Close() { closed_.store(true); }
+void RedisWorkQueue::Close() { redis_.Close(); }
 
 absl::Status RedisWorkQueue::Heartbeat(const v1::WorkerStatus& status) {
   const int64_t now_ms = static_cast<int64_t>(
       std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count());
-  auto r = Command({"HSET", options_.key_prefix + "workers", status.worker_id(),
-                    absl::StrCat(now_ms, ":", status.SerializeAsString())});
+  auto r = redis_.Command({"HSET", options_.key_prefix + "workers", status.worker_id(),
+                           absl::StrCat(now_ms, ":", status.SerializeAsString())});
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
 absl::StatusOr<std::vector<v1::WorkerStatus>> RedisWorkQueue::ListWorkers() {
   const std::string key = options_.key_prefix + "workers";
-  auto r = Command({"HGETALL", key});
+  auto r = redis_.Command({"HGETALL", key});
   if (!r.ok()) return r.status();
   const redisReply& reply = **r;
   const double now_ms =
       std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<v1::WorkerStatus> out;
   for (size_t i = 0; i + 1 < reply.elements; i += 2) {
-    const std::string id = Str(*reply.element[i]);
-    const std::string value = Str(*reply.element[i + 1]);
+    const std::string id = RedisString(*reply.element[i]);
+    const std::string value = RedisString(*reply.element[i + 1]);
     const size_t colon = value.find(':');
     int64_t at_ms = 0;
     v1::WorkerStatus st;
@@ -938,7 +625,9 @@ absl::StatusOr<std::vector<v1::WorkerStatus>> RedisWorkQueue::ListWorkers() {
     const double age = (now_ms - static_cast<double>(at_ms)) / 1000;
     if (!parsed || age > options_.queue.worker_ttl_seconds) {
       // Gone quiet (or unreadable): forget it, unless it spoke again meanwhile.
-      if (absl::Status st2 = Command({"EVAL", kForgetWorkerScript, "1", key, id, value}).status(); !st2.ok()) {
+      if (absl::Status st2 =
+              redis_.Command({"EVAL", kForgetWorkerScript, "1", key, id, value}).status();
+          !st2.ok()) {
         return st2;
       }
       continue;
@@ -952,14 +641,14 @@ absl::StatusOr<std::vector<v1::WorkerStatus>> RedisWorkQueue::ListWorkers() {
 
 absl::StatusOr<std::vector<StreamStats>> RedisWorkQueue::Stats() {
   const std::string prefix = WorkKey("");
-  auto r = Command({"EVAL", kStatsScript, "0", prefix + "*", kWorkers});
+  auto r = redis_.Command({"EVAL", kStatsScript, "0", prefix + "*", kWorkers});
   if (!r.ok()) return r.status();
   std::vector<StreamStats> out;
   const redisReply& reply = **r;
   for (size_t i = 0; i < reply.elements; ++i) {
     const redisReply& row = *reply.element[i];
     if (row.type != REDIS_REPLY_ARRAY || row.elements != 4) return absl::InternalError("redis stats: unexpected reply");
-    const std::string key = Str(*row.element[0]);
+    const std::string key = RedisString(*row.element[0]);
     const int64_t length = row.element[1]->integer, leased = row.element[2]->integer;
     out.push_back({.stream = key.substr(std::min(prefix.size(), key.size())),
                    .depth = std::max<int64_t>(0, length - leased),

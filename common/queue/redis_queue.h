@@ -27,7 +27,6 @@
 // borrows a connection from a pool). Blocking reads wait in slices of at most 100 ms, so Close
 // wakes every waiter promptly.
 
-#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -38,10 +37,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/logging.h"
+#include "common/queue/redis_client.h"
 #include "common/queue/work_queue.h"
-
-struct redisContext;
-struct redisReply;
 
 namespace kforge {
 
@@ -56,16 +53,6 @@ struct RedisQueueOptions {
   double io_timeout_seconds = 5;               // one command's socket timeout
   double candidate_key_ttl_seconds = 7 * 24 * 3600;
 };
-
-// host, port, database and credentials of a `redis://[[user]:password@]host:port[/db]` URL.
-struct RedisAddress {
-  std::string host;
-  int port = 6379;
-  int db = 0;
-  std::string user;      // an ACL user (Redis 6+); "" = the default user
-  std::string password;  // "" = no AUTH
-};
-[[nodiscard]] absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url);
 
 class RedisWorkQueue final : public WorkQueue {
  public:
@@ -107,29 +94,8 @@ class RedisWorkQueue final : public WorkQueue {
   void Close() override;
 
  private:
-  struct ReplyDeleter {
-    void operator()(redisReply* r) const;
-  };
-  using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
-  struct ContextDeleter {
-    void operator()(redisContext* c) const;
-  };
-  using Context = std::unique_ptr<redisContext, ContextDeleter>;
-
   RedisWorkQueue(RedisAddress address, RedisQueueOptions options, Logger log);
 
-  absl::StatusOr<Context> NewConnection();
-  // Runs one command, reconnecting with backoff on I/O errors; an error reply is a Status
-  // (NOGROUP ones FailedPrecondition, see IsNoGroup).
-  absl::StatusOr<Reply> Command(const std::vector<std::string>& args);
-  // Sends the commands in one go and reads their replies (an error reply is returned as a reply:
-  // see ReplyError), reconnecting with backoff on I/O errors and sending them all again then: only
-  // for commands that are safe to repeat.
-  // Scripts (EVAL) go by their SHA-1 (EVALSHA), and in full again where the server lacks them.
-  absl::StatusOr<std::vector<Reply>> Pipeline(const std::vector<std::vector<std::string>>& commands);
-  // Pipeline's round trip; `by_sha`: known scripts by their SHA-1.
-  absl::StatusOr<std::vector<Reply>> Send(const std::vector<std::vector<std::string>>& commands,
-                                          bool by_sha);
   // Commands sent along with an enqueue's first round trip (AckCommands), and how they fared.
   struct AcksAlong {
     std::vector<std::vector<std::string>> commands;
@@ -162,21 +128,16 @@ class RedisWorkQueue final : public WorkQueue {
   std::string CandidateKeyOf(const v1::EvaluationRequest& r) const { return options_.key_prefix + "c:" + CandidateKey(r); }
   std::string JobKey(const std::string& job_id) const { return options_.key_prefix + "j:" + job_id; }
 
-  const RedisAddress address_;
   const RedisQueueOptions options_;
   Logger log_;
-  std::atomic<bool> closed_{false};
-  std::mutex mu_;
-  std::vector<Context> idle_;                  // the connection pool
-  std::map<std::string, std::string, std::less<>> script_shas_;  // script -> SHA-1 (set once)
+  RedisClient redis_;
+  std::mutex mu_;  // the state below
   // Per job: results read ahead by NextResult (pending under this consumer) and when expired
   // ones were last looked for.
   std::map<std::string, std::deque<ResultDelivery>> read_ahead_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_reclaim_;
   // Per work stream: when Dequeue last looked for expired leases.
   std::map<std::string, std::chrono::steady_clock::time_point> last_claim_;
-  std::string epoch_;                          // the server's epoch marker as last seen
-  int64_t data_losses_ = 0;
   // Per job: where the re-reading of results left pending by an earlier queue stands ("" once done).
   std::map<std::string, std::string> history_cursor_;
   // Problems: the key each job's was stored under (and the data-loss count then), and the last
