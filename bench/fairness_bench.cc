@@ -199,7 +199,7 @@ absl::StatusOr<ManyResult> RunMany(const Config& cfg, Backends& b, const v1::Pro
     if (!job.ok()) return job.status();
     ids.push_back(job->id());
   }
-  bench::ReplayFleet fleet(counting, problem, cfg.workers);
+  bench::ReplayFleet fleet(counting, problem, {.workers = cfg.workers});
   const double cpu0 = ProcessCpuSeconds();
   const double t0 = bench::Now();
   manager.Start();
@@ -250,7 +250,8 @@ absl::StatusOr<double> RunSmall(const Config& cfg, Backends& b, const v1::Proble
         return std::make_shared<llm::ParametricMutator>(llm::ParametricOptions{}, validity);
       },
       clock, log, ManagerOptions(cfg));
-  bench::ReplayFleet fleet(*b.queue, problem, cfg.hol_workers, cfg.hol_eval_ms / 1e3);
+  bench::ReplayFleet fleet(*b.queue, problem,
+                           {.workers = cfg.hol_workers, .eval_seconds = cfg.hol_eval_ms / 1e3});
   manager.Start();
   std::string big_id;
   if (behind_big) {

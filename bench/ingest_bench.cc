@@ -5,10 +5,13 @@
 // PostgreSQL (as an unprivileged user when run as root) in temporary folders.
 //
 //   kforge-bench-ingest [--jobs 4] [--candidates 2000] [--workers 8] [--slots 16] [--rounds 3]
-//                       [--screen 1] [--in-order] [--json]
+//                       [--screen 1] [--in-order] [--rate R] [--json]
 //
 // Results are ingested as they arrive (the coordinator's way); --in-order ingests them in
-// candidate order (the embedded run's, deterministic).
+// candidate order (the embedded run's, deterministic). By default the fleet answers as fast as
+// it can, so the run is at saturation (the throughput); --rate R caps the fleet at R results per
+// second with Poisson arrivals, so the latency is read at that load, the way a latency objective
+// is stated (at saturation every queue is full and the latency is the queue's length).
 //
 // Reported per backend pair (medians over the rounds): results stored per second, the
 // coordinator process's CPU seconds per result (workers included), the servers' (PostgreSQL's and
@@ -131,6 +134,7 @@ struct Config {
   int rounds = 3;
   int screen = 1;
   bool in_order = false;
+  double rate = 0;  // the fleet's results per second (0: as fast as it can)
 };
 
 struct RoundResult {
@@ -170,7 +174,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
   TimingQueue queue(inner);
   // Simulated instant workers: the replay backend's lookup (its cache loaded before the clock
   // starts), nothing else.
-  bench::ReplayFleet fleet(queue, problem, cfg.workers);
+  bench::ReplayFleet fleet(queue, problem, {.workers = cfg.workers, .rate = cfg.rate});
   auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
   std::vector<std::string> ids;
   std::vector<std::unique_ptr<llm::ParametricMutator>> mutators;
@@ -234,6 +238,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", cfg.rounds, "rounds per backend pair, interleaved");
   app.add_option("--screen", cfg.screen, "children the parametric mutator offers per proposal (1 = no screening)");
   app.add_flag("--in-order", cfg.in_order, "ingest in candidate order (kforge run's way) instead of as results arrive");
+  app.add_option("--rate", cfg.rate,
+                 "cap the fleet at this many results per second, Poisson arrivals (0: none)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "print JSON");
   std::string only;
   app.add_option("--only", only, "run one pair: embedded or cluster (for profiling)")
@@ -308,9 +315,13 @@ int main(int argc, char** argv) {
 
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
-    std::printf("%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %s, %d rounds (medians)\n",
-                cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen,
-                cfg.in_order ? "in order" : "as results arrive", cfg.rounds);
+    const std::string pace =
+        cfg.rate > 0 ? absl::StrCat("fleet capped at ", cfg.rate, " results/s") : "fleet uncapped";
+    std::printf(
+        "%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %s, %s, %d "
+        "rounds (medians)\n",
+        cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen,
+        cfg.in_order ? "in order" : "as results arrive", pace.c_str(), cfg.rounds);
     std::printf("%-28s %10s %14s %18s %16s %9s %9s\n", "backends", "results/s", "CPU ms/result",
                 "servers ms/result", "(Redis ms/result)", "p50 ms", "p99 ms");
   }

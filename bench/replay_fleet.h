@@ -2,16 +2,17 @@
 
 // Simulated workers for the coordinator benchmarks: threads that take items from a work queue
 // and answer with the replay backend's table lookup (and, when asked, a fixed wait per
-// evaluation), nothing else. Stop() returns the CPU seconds their threads used, so a benchmark
-// can tell the coordinator's CPU from theirs.
+// evaluation, or a fleet-wide pace), nothing else. Stop() returns the CPU seconds their threads
+// used, so a benchmark can tell the coordinator's CPU from theirs.
 
 #include <time.h>
 
 #include <atomic>
-#include <memory>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,9 +44,19 @@ inline absl::StatusOr<BenchProblem> WriteBenchProblem(const testing::TempDir& di
   return BenchProblem{*std::move(problem), std::make_shared<const KtCache>(*std::move(cache))};
 }
 
+// How the fleet answers: `eval_seconds` is a fixed wait per evaluation (a slow GPU); `rate`, when
+// above 0, caps the whole fleet's results per second, with Poisson arrivals (a large fleet's
+// results are independent), so a benchmark can read latency at a given load instead of at
+// saturation.
+struct FleetOptions {
+  int workers = 8;
+  double eval_seconds = 0;
+  double rate = 0;
+};
+
 class ReplayFleet {
  public:
-  ReplayFleet(WorkQueue& queue, const v1::Problem& problem, int workers, double eval_seconds = 0) {
+  ReplayFleet(WorkQueue& queue, const v1::Problem& problem, const FleetOptions& options) {
     {
       v1::EvaluationRequest warm;  // loads the cache before the clock starts
       *warm.mutable_problem() = problem;
@@ -53,8 +64,8 @@ class ReplayFleet {
       replay_.Evaluate(warm, &ignored);
     }
     const std::string stream = StreamFor(problem);
-    for (int i = 0; i < workers; ++i) {
-      threads_.emplace_back([this, &queue, stream, i, eval_seconds] {
+    for (int i = 0; i < options.workers; ++i) {
+      threads_.emplace_back([this, &queue, stream, i, options] {
         const std::string name = absl::StrCat("w", i);
         while (!stop_.load()) {
           auto item = queue.Dequeue(stream, name, 0.05);
@@ -70,8 +81,12 @@ class ReplayFleet {
           r.set_candidate_id(req.candidate().id());
           r.set_worker_id(name);
           replay_.Evaluate(req, &r);
-          if (eval_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(eval_seconds));
-          if (absl::Status st = queue.Complete(stream, **item, r); !st.ok()) std::cerr << name << ": " << st << "\n";
+          if (options.eval_seconds > 0) {
+            std::this_thread::sleep_for(std::chrono::duration<double>(options.eval_seconds));
+          }
+          if (options.rate > 0) PaceTo(options.rate);
+          if (absl::Status st = queue.Complete(stream, **item, r); !st.ok())
+            std::cerr << name << ": " << st << "\n";
         }
         timespec ts{};
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -94,7 +109,25 @@ class ReplayFleet {
   }
 
  private:
+  // Waits for this result's turn: the fleet's next arrival time moves by an exponential gap per
+  // result, never from before now (an idle fleet builds no credit to burst with later).
+  void PaceTo(double rate) {
+    std::chrono::steady_clock::time_point due;
+    {
+      std::lock_guard<std::mutex> lock(pace_mu_);
+      const auto now = std::chrono::steady_clock::now();
+      if (next_arrival_ < now) next_arrival_ = now;
+      next_arrival_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(std::exponential_distribution<double>(rate)(pace_rng_)));
+      due = next_arrival_;
+    }
+    std::this_thread::sleep_until(due);
+  }
+
   worker::ReplayEvaluator replay_;
+  std::mutex pace_mu_;
+  std::mt19937_64 pace_rng_{42};
+  std::chrono::steady_clock::time_point next_arrival_{};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
   std::mutex mu_;
