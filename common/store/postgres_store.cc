@@ -7,375 +7,43 @@
 #include <set>
 #include <thread>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/store/postgres_schema.h"
+#include "common/store/postgres_statements.h"
 #include "common/store/record.h"
 
 namespace kforge {
 
-namespace {
-
-// Each entry moves the schema from version i to i + 1. Never edit a shipped entry: append.
-const char* const kMigrations[] = {
-    R"(CREATE TABLE jobs (
-         id TEXT PRIMARY KEY,
-         tenant TEXT NOT NULL,
-         problem_hash TEXT NOT NULL,
-         state INTEGER NOT NULL,
-         created_order BIGSERIAL NOT NULL,
-         body BYTEA NOT NULL);
-       CREATE INDEX jobs_tenant_order ON jobs(tenant, created_order DESC);
-       CREATE INDEX jobs_problem ON jobs(problem_hash);
-       CREATE INDEX jobs_state ON jobs(state);
-       CREATE TABLE candidates (
-         job_id TEXT NOT NULL REFERENCES jobs(id),
-         id TEXT NOT NULL,
-         content_hash TEXT NOT NULL,
-         sequence BIGINT NOT NULL,
-         body BYTEA NOT NULL,
-         PRIMARY KEY (job_id, id),
-         UNIQUE (job_id, content_hash));
-       CREATE INDEX candidates_sequence ON candidates(job_id, sequence);
-       CREATE TABLE evaluations (
-         job_id TEXT NOT NULL,
-         candidate_id TEXT NOT NULL,
-         outcome INTEGER NOT NULL,
-         speedup DOUBLE PRECISION NOT NULL,
-         body BYTEA NOT NULL,
-         PRIMARY KEY (job_id, candidate_id),
-         FOREIGN KEY (job_id, candidate_id) REFERENCES candidates(job_id, id));
-       CREATE TABLE events (
-         job_id TEXT NOT NULL REFERENCES jobs(id),
-         sequence BIGINT NOT NULL,
-         body BYTEA NOT NULL,
-         PRIMARY KEY (job_id, sequence));)",
-    // Job versions, leases and submit idempotency; model calls; tenants and API keys.
-    R"(ALTER TABLE jobs ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
-       ALTER TABLE jobs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
-       ALTER TABLE jobs ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
-       ALTER TABLE jobs ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0;
-       ALTER TABLE jobs ADD COLUMN lease_expires TIMESTAMPTZ NOT NULL DEFAULT 'epoch';
-       CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key) WHERE idempotency_key <> '';
-       CREATE TABLE model_calls (
-         job_id TEXT NOT NULL REFERENCES jobs(id),
-         sequence BIGINT NOT NULL,
-         body BYTEA NOT NULL,
-         PRIMARY KEY (job_id, sequence));
-       CREATE TABLE tenants (
-         name TEXT PRIMARY KEY,
-         body BYTEA NOT NULL);
-       CREATE TABLE api_keys (
-         id TEXT PRIMARY KEY,
-         tenant TEXT NOT NULL REFERENCES tenants(name),
-         secret_sha256 TEXT NOT NULL UNIQUE,
-         revoked BOOLEAN NOT NULL DEFAULT false,
-         body BYTEA NOT NULL);
-       CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
-    // Earlier evaluations of a candidate, found by its content hash (result reuse across jobs).
-    R"(CREATE INDEX candidates_content ON candidates(content_hash);)",
-};
-
-// Held while migrating: two coordinators starting at once migrate once.
-constexpr int64_t kMigrationLock = 0x6b666f7267650001;
-
-}  // namespace
-
-namespace {
-
-std::string Bytes(const pqxx::field& f) { return pqxx::binarystring(f).str(); }
-
-template <typename Msg>
-absl::StatusOr<std::vector<Msg>> ParseRows(const pqxx::result& r, const char* what) {
-  std::vector<Msg> out;
-  out.reserve(r.size());
-  for (const auto& row : r) {
-    auto m = ParseRecord<Msg>(Bytes(row[0]), what);
-    if (!m.ok()) return m.status();
-    out.push_back(*std::move(m));
-  }
-  return out;
-}
-
-bool JobExists(pqxx::transaction_base& w, const std::string& job_id) {
-  return !w.exec_params("SELECT 1 FROM jobs WHERE id = $1", job_id).empty();
-}
-
-// NotFound for a job without a row (no lease token read), FailedPrecondition when `fence` is not
-// its lease token.
-absl::Status CheckFence(const std::string& job_id, int64_t fence, std::optional<int64_t> token) {
-  if (!token.has_value()) return NoJobError(job_id);
-  if (fence != kNoFence && *token != fence) return StaleFenceError(job_id, fence, *token);
-  return absl::OkStatus();
-}
-
-// The lease token in a result's first row and column (none without a row, or when it is null).
-std::optional<int64_t> TokenOf(const pqxx::result& r) {
-  if (r.empty() || r[0][0].is_null()) return std::nullopt;
-  return r[0][0].as<int64_t>();
-}
-
-// NotFound for an unknown job, FailedPrecondition for a stale fence. The row lock makes a takeover
-// wait for the writes already checked: shared, so that many writers of one job's rows proceed
-// together, or exclusive for a transaction that will update the job's row itself (two shared
-// holders upgrading would deadlock).
-absl::Status CheckWritable(pqxx::transaction_base& w, const std::string& job_id, int64_t fence, bool updates_job = false) {
-  pqxx::result r = w.exec_params(updates_job ? "SELECT lease_token FROM jobs WHERE id = $1 FOR UPDATE"
-                                             : "SELECT lease_token FROM jobs WHERE id = $1 FOR SHARE",
-                                 job_id);
-  return CheckFence(job_id, fence, TokenOf(r));
-}
-
-// A job row (body, version) back to its message: the version lives in its column.
-absl::StatusOr<v1::Job> JobFromRow(const pqxx::row& row) {
-  auto j = ParseRecord<v1::Job>(Bytes(row[0]), "job");
-  if (j.ok()) j->set_version(row[1].as<int64_t>());
-  return j;
-}
-
-absl::StatusOr<std::vector<v1::Job>> JobsFromRows(const pqxx::result& r) {
-  std::vector<v1::Job> out;
-  for (const auto& row : r) {
-    auto j = JobFromRow(row);
-    if (!j.ok()) return j.status();
-    out.push_back(*std::move(j));
-  }
-  return out;
-}
-
-// Statements of a batch insert stay well under the server's limits.
-constexpr size_t kBatchRows = 500;
-
-// The VALUES entries `values_of(i)` of rows [begin, end), comma-separated ("" leaves a row out).
-template <typename ValuesFn>
-std::string ValuesList(size_t begin, size_t end, ValuesFn values_of) {
-  std::string values;
-  for (size_t i = begin; i < end; ++i) {
-    const std::string v = values_of(i);
-    if (!v.empty()) absl::StrAppend(&values, values.empty() ? "" : ",", v);
-  }
-  return values;
-}
-
-// A batch write of one job's rows, kBatchRows per statement: `values_of(i)` is row i's VALUES
-// entry ("" leaves it out), `statement(values)` a chunk's statement, whose result rows begin with
-// the job's lease token (null: no such job) and the row's ordinal. The fence is checked on the
-// first result row; every row goes to `on_row(ordinal, row)`. NotFound for an unknown job,
-// FailedPrecondition for a stale fence.
-template <typename ValuesFn, typename StatementFn, typename RowFn>
-absl::Status FencedBatch(pqxx::transaction_base& w, const std::string& job_id, int64_t fence, size_t n,
-                         ValuesFn values_of, StatementFn statement, RowFn on_row) {
-  bool checked = false;
-  for (size_t begin = 0; begin < n; begin += kBatchRows) {
-    const std::string values = ValuesList(begin, std::min(n, begin + kBatchRows), values_of);
-    if (values.empty()) continue;
-    const pqxx::result rows = w.exec(statement(values));
-    if (!checked && !rows.empty()) {
-      KF_RETURN_IF_ERROR(CheckFence(job_id, fence, TokenOf(rows)));
-      checked = true;
-    }
-    for (const pqxx::row& row : rows) on_row(row[1].as<size_t>(), row);
-  }
-  if (!checked) return CheckWritable(w, job_id, fence);  // nothing was written: the fence still counts
-  return absl::OkStatus();
-}
-
-// A retry after a commit whose answer was lost finds the rows it stored: whether `query` (job id,
-// row id) reads back exactly `body`.
-bool StoredBody(pqxx::transaction_base& w, const char* query, const std::string& job_id, const std::string& id,
-                const std::string& body) {
-  pqxx::result mine = w.exec_params(query, job_id, id);
-  return !mine.empty() && Bytes(mine[0][0]) == body;
-}
-
-// A retry after a lost commit answer: the candidates refused as duplicates that this batch had
-// stored (the same body) were inserted by it.
-void FindStoredCandidates(pqxx::transaction_base& w, const std::string& job_id,
-                          absl::Span<const v1::Candidate> candidates,
-                          const std::vector<std::string>& bodies, std::vector<bool>& out,
-                          std::set<std::string>& done) {
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (out[i] || done.contains(candidates[i].id())) continue;
-    if (StoredBody(w, "SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id,
-                   candidates[i].id(), bodies[i])) {
-      out[i] = true;
-      done.insert(candidates[i].id());
-    }
-  }
-}
-
-// Likewise for evaluations.
-void FindStoredEvaluations(pqxx::transaction_base& w, const std::string& job_id,
-                           const std::vector<v1::EvaluationResult>& results,
-                           const std::vector<std::string>& bodies, std::vector<PutOutcome>& out,
-                           std::set<std::string>& done) {
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string& cid = results[i].candidate_id();
-    if (out[i] != PutOutcome::kDuplicate || done.contains(cid)) continue;
-    if (StoredBody(w, "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2",
-                   job_id, cid, bodies[i])) {
-      out[i] = PutOutcome::kStored;
-      done.insert(cid);
-    }
-  }
-}
-
-// The VALUES entry of candidate `i` for the insert below.
-std::string CandidateRow(pqxx::transaction_base& w, size_t i, const v1::Candidate& c,
-                         const std::string& body) {
-  return absl::StrCat("(", i, ",", w.quote(c.id()), ",", w.quote(c.content_hash()), ",",
-                      c.sequence(), "::int8,", w.quote_raw(body), "::bytea)");
-}
-
-// The CTEs that insert the candidates of VALUES `values` as `v` (the first of two with one id or
-// content hash wins), returning the inserted rows as `ins`; they need the CTE `j` (the job's row,
-// locked: see FencedBatch).
-std::string InsertCandidatesCtes(const std::string& job, const std::string& fence,
-                                 const std::string& rows, const char* v, const char* ins) {
-  return absl::StrCat(
-      v, "(ord, id, hash, seq, body) AS (", rows, "), ", ins,
-      " AS (INSERT INTO candidates (job_id, id, content_hash, sequence, body) SELECT ", job, ", ",
-      v, ".id, ", v, ".hash, ", v, ".seq, ", v, ".body FROM ", v, ", j WHERE ", fence,
-      " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
-      ".ord ON CONFLICT DO NOTHING RETURNING id, content_hash)");
-}
-
-// Per candidate of `v`: whether it was inserted. By id and hash: of two rows with one id, the one
-// inserted may be the second.
-std::string CandidateOutcomes(const char* v, const char* ins) {
-  return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, (", v, ".id, ", v,
-                      ".hash) IN (SELECT id, content_hash FROM ", ins, ") FROM ", v);
-}
-
-// The VALUES entry of result `i` ("" for a result of another job: it is left out).
-std::string EvaluationRow(pqxx::transaction_base& w, const std::string& job_id, size_t i,
-                          const v1::EvaluationResult& r, const std::string& body) {
-  if (r.job_id() != job_id) return "";
-  return absl::StrCat("(", i, ",", w.quote(r.candidate_id()), ",", static_cast<int>(r.outcome()),
-                      ",", w.quote(absl::StrFormat("%.17g", r.speedup())), "::float8,",
-                      w.quote_raw(body), "::bytea)");
-}
-
-// The CTEs that insert the results of VALUES `values` as `v` (the first of two for one candidate
-// wins), returning the candidates evaluated as `ins`; they need `j`. Joined, only the results
-// whose candidate exists are inserted. Unjoined (cheaper: no join with candidates to plan and run),
-// a result for an unknown candidate fails the whole statement with a foreign_key_violation, and the
-// caller writes again joined. Unjoined only in one autocommit statement (nothing of a failed one
-// remains) none of whose results names a candidate the same statement inserts (the foreign key,
-// checked at its end, would see that candidate).
-std::string InsertEvaluationsCtes(const std::string& job, const std::string& fence,
-                                  const std::string& rows, const char* v, const char* ins,
-                                  bool joined) {
-  return absl::StrCat(
-      v, "(ord, cid, outcome, speedup, body) AS (", rows, "), ", ins,
-      " AS (INSERT INTO evaluations (job_id, candidate_id, outcome, speedup, body) SELECT ", job,
-      ", ", v, ".cid, ", v, ".outcome, ", v, ".speedup, ", v, ".body FROM ", v,
-      joined ? absl::StrCat(" JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid")
-             : "",
-      ", j WHERE ", fence, " = 0 OR j.lease_token = ", fence, " ORDER BY ", v,
-      ".ord ON CONFLICT DO NOTHING RETURNING candidate_id)");
-}
-
-// Per result of `v`: whether its candidate exists (unjoined: it does, or the statement failed)
-// and whether it was inserted.
-std::string EvaluationOutcomes(const std::string& job, const char* v, const char* ins,
-                               bool joined) {
-  if (!joined) {
-    return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, true, ", v,
-                        ".cid IN (SELECT candidate_id FROM ", ins, ") FROM ", v);
-  }
-  return absl::StrCat("SELECT (SELECT lease_token FROM j), ", v, ".ord, c.id IS NOT NULL, ", v,
-                      ".cid IN (SELECT candidate_id FROM ", ins, ") FROM ", v,
-                      " LEFT JOIN candidates c ON c.job_id = ", job, " AND c.id = ", v, ".cid");
-}
-
-// `write(joined)` unjoined unless `joined` (see InsertEvaluationsCtes), and joined again when a
-// result names an unknown candidate.
-template <typename WriteFn>
-auto UnjoinedFirst(bool joined, WriteFn write) -> decltype(write(true)) {
-  if (!joined) {
-    try {
-      return write(/*joined=*/false);
-    } catch (const pqxx::foreign_key_violation&) {
-      // a result for an unknown candidate: nothing of that statement remains
-    }
-  }
-  return write(/*joined=*/true);
-}
-
-std::string LockJobCte(const std::string& job) {
-  return absl::StrCat("WITH j AS (SELECT lease_token FROM jobs WHERE id = ", job, " FOR SHARE), ");
-}
-
-// A step's write in one statement (see PutEvaluationsAndCandidates): `job` and `fence` as SQL,
-// the results' and the candidates' rows from `result_rows` and `candidate_rows`. Its rows: the
-// lease token, the ordinal, whether the candidate exists, whether the row was inserted, and 0 for
-// a result's row or 1 for a candidate's (results first, in order).
-std::string StepWriteStatement(const std::string& job, const std::string& fence,
-                               const std::string& result_rows, const std::string& candidate_rows,
-                               bool joined) {
-  return absl::StrCat(
-      LockJobCte(job), InsertEvaluationsCtes(job, fence, result_rows, "ve", "inse", joined), ", ",
-      InsertCandidatesCtes(job, fence, candidate_rows, "vc", "insc"),
-      " SELECT eo.token, eo.ord, eo.present, eo.inserted, 0 FROM (",
-      EvaluationOutcomes(job, "ve", "inse", joined),
-      ") eo(token, ord, present, inserted) UNION ALL SELECT co.token, co.ord, true, co.inserted, 1 "
-      "FROM (",
-      CandidateOutcomes("vc", "insc"), ") co(token, ord, inserted) ORDER BY 5, 2");
-}
-
-// The unjoined step write as a prepared statement, its rows in arrays: a coordinator makes one
-// per step, and parsing and planning a fresh statement each time was about a third of the
-// server's CPU. Parameters: job id, fence, then per result ordinal, candidate id, outcome, speedup,
-// body, and per candidate ordinal, id, content hash, sequence, body.
-constexpr char kStepWrite[] = "kforge_step_write";
-const std::string& StepWriteDefinition() {
-  static const std::string sql = StepWriteStatement(
-      "$1::text", "$2::int8",
-      "SELECT * FROM unnest($3::int4[], $4::text[], $5::int4[], $6::float8[], $7::bytea[])",
-      "SELECT * FROM unnest($8::int4[], $9::text[], $10::text[], $11::int8[], $12::bytea[])",
-      /*joined=*/false);
-  return sql;
-}
-
-// A PostgreSQL array literal, built element by element (every element quoted).
-class ArrayLiteral {
- public:
-  void Add(absl::string_view text) {
-    out_.append(out_.size() == 1 ? "\"" : ",\"");
-    for (char ch : text) {
-      if (ch == '"' || ch == '\\') out_.push_back('\\');
-      out_.push_back(ch);
-    }
-    out_.push_back('"');
-  }
-  void Add(int64_t n) { absl::StrAppend(&out_, out_.size() == 1 ? "" : ",", n); }
-  // A bytea element in the hex format.
-  void AddBytes(absl::string_view bytes) {
-    absl::StrAppend(&out_, out_.size() == 1 ? "" : ",", "\"\\\\x", absl::BytesToHexString(bytes),
-                    "\"");
-  }
-  std::string Take() {
-    out_.push_back('}');
-    return std::move(out_);
-  }
-
- private:
-  std::string out_ = "{";
-};
-
-// PutEvaluations' outcome of a result from its row (candidate exists, inserted); `done` holds the
-// candidates given kStored in this batch (the first of two results for one candidate wins).
-PutOutcome EvaluationOutcome(const pqxx::row& row, int exists, const std::string& candidate_id,
-                             std::set<std::string>& done) {
-  if (!row[exists].as<bool>()) return PutOutcome::kUnknownCandidate;
-  return row[exists + 1].as<bool>() && done.insert(candidate_id).second ? PutOutcome::kStored
-                                                                        : PutOutcome::kDuplicate;
-}
-
-}  // namespace
+using postgres::ArrayLiteral;
+using postgres::Bytes;
+using postgres::CandidateOutcomes;
+using postgres::CandidateRow;
+using postgres::CheckFence;
+using postgres::CheckWritable;
+using postgres::EvaluationOutcome;
+using postgres::EvaluationOutcomes;
+using postgres::EvaluationRow;
+using postgres::FencedBatch;
+using postgres::FindStoredCandidates;
+using postgres::FindStoredEvaluations;
+using postgres::InsertCandidatesCtes;
+using postgres::InsertEvaluationsCtes;
+using postgres::JobExists;
+using postgres::JobFromRow;
+using postgres::JobsFromRows;
+using postgres::kBatchRows;
+using postgres::kMigrationLock;
+using postgres::kStepWrite;
+using postgres::LockJobCte;
+using postgres::ParseRows;
+using postgres::StepWriteDefinition;
+using postgres::StepWriteStatement;
+using postgres::TokenOf;
+using postgres::UnjoinedFirst;
+using postgres::ValuesList;
 
 bool IsPostgresUrl(const std::string& db) {
   return absl::StartsWith(db, "postgresql://") || absl::StartsWith(db, "postgres://");
@@ -386,7 +54,7 @@ struct PostgresStore::Conn {
   pqxx::connection c;
 };
 
-int PostgresStore::LatestSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
+int PostgresStore::LatestSchemaVersion() { return static_cast<int>(postgres::Migrations().size()); }
 
 PostgresStore::PostgresStore(std::string url, PostgresOptions options)
     : url_(std::move(url)), display_(RedactUrlPassword(url_)), options_(options) {}
@@ -518,7 +186,7 @@ absl::Status PostgresStore::Migrate() {
                                                         LatestSchemaVersion(), ")"));
     }
     for (; version < LatestSchemaVersion(); ++version) {
-      w.exec(kMigrations[version]);
+      w.exec(postgres::Migrations()[version]);
       w.exec_params("UPDATE schema_version SET version = $1", version + 1);
     }
     return version;
