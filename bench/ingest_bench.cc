@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
                      {"cpu_ms_per_result", bench::Median(cpu)}, {"server_cpu_ms_per_result", bench::Median(servers)},
                      {"redis_cpu_ms_per_result", bench::Median(redis)},
                      {"dispatch_p50_ms", bench::Median(p50)},
-                     {"dispatch_p99_ms", bench::Median(p99)}, {"rates", rate}});
+                     {"dispatch_p99_ms", bench::Median(p99)}, {"rates", rate}, {"fleet_rate_cap", cfg.rate}});
     } else {
       std::printf("%-28s %10.0f %14.3f %18.3f %16.3f %9.2f %9.2f\n", p->name.c_str(), bench::Median(rate),
                   bench::Median(cpu), bench::Median(servers), bench::Median(redis), bench::Median(p50),
@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
                   }
                   return v;
                 }()));
-  } else {
+  } else if (json) {
     std::cout << out.dump(1) << "\n";
   }
   return 0;
