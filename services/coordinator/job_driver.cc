@@ -5,13 +5,13 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/dtype.h"
 #include "common/hash.h"
 #include "common/queue/stream.h"
 #include "common/status_macros.h"
+#include "services/coordinator/finalists.h"
 
 namespace kforge::coordinator {
 
@@ -783,9 +783,8 @@ absl::Status JobDriver::MaybeConfirm() {
   if (final && SameFinalists(job_.confirmation(), top)) {
     confirmed_ = true;
     // Its winner (a resumed driver has not seen the re-measurement arrive).
-    if (const v1::FinalistTiming& first = job_.confirmation().finalists(0);
-        first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
-      confirmed_best_ = first.candidate_id();
+    if (std::string winner = ConfirmedWinner(job_.confirmation(), *engine_); !winner.empty()) {
+      confirmed_best_ = std::move(winner);
     }
     log_->info("job={} finalists unchanged since their re-measurement at evaluation {}", job_id_,
                job_.confirmation().evaluations());
@@ -799,7 +798,7 @@ absl::Status JobDriver::MaybeConfirm() {
   }
   // The candidate only names the request (see ConfirmRequest).
   v1::Candidate name;
-  name.set_id(absl::StrFormat("%s-confirm%06d%s", job_id_, ingested_count_, final ? "e" : "c"));
+  name.set_id(ConfirmationName(job_id_, ingested_count_, final));
   v1::EvaluationRequest req = RequestFor(name);
   req.mutable_confirm()->set_rounds(options_.confirm_rounds);
   for (const Member* m : top) *req.mutable_confirm()->add_finalists() = m->candidate;
@@ -816,84 +815,31 @@ absl::Status JobDriver::MaybeConfirm() {
 bool JobDriver::ReuseConfirmation(const std::vector<const Member*>& finalists) {
   if (job_.spec().fresh() || finalists.empty()) return false;
   confirmed_best_.clear();
-  const std::string& from = finalists.front()->result.reused_from_job();
+  const std::string from = ReusedFromOneJob(finalists);
   if (from.empty()) return false;
-  std::vector<std::pair<std::string, std::string>> renames;  // its candidate ids -> ours
-  for (const Member* m : finalists) {
-    if (m->result.reused_from_job() != from) return false;
-    renames.emplace_back(m->result.reused_from_candidate(), m->candidate.id());
-  }
   absl::StatusOr<v1::Job> earlier = store_.GetJob(from);
-  if (!earlier.ok() || !earlier->has_confirmation()) return false;
-  v1::Confirmation c = earlier->confirmation();
-  if (c.finalists_size() != static_cast<int>(renames.size()) || c.device().device_class() != ReuseClass()) {
-    return false;
-  }
-  for (auto& f : *c.mutable_finalists()) {
-    auto it = std::find_if(renames.begin(), renames.end(), [&](const auto& r) { return r.first == f.candidate_id(); });
-    if (it == renames.end()) return false;  // it re-measured other candidates
-    f.set_candidate_id(it->second);
-  }
-  c.set_note(absl::StrReplaceAll(c.note(), renames));
-  c.set_reused_from_job(from);
-  c.set_evaluations(ingested_count_);
-  const v1::FinalistTiming& first = c.finalists(0);
-  if (first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
-    confirmed_best_ = first.candidate_id();
-  }
-  *job_.mutable_confirmation() = std::move(c);
-  log_->info("job={} finalists={} as re-measured by job={}", job_id_, renames.size(), from);
-  return true;
-}
-
-bool JobDriver::SameFinalists(const v1::Confirmation& c, const std::vector<const Member*>& top) {
-  if (c.finalists_size() == 0 || c.finalists_size() != static_cast<int>(top.size())) return false;
-  std::set<std::string> measured;
-  for (const auto& f : c.finalists()) measured.insert(f.candidate_id());
-  for (const Member* m : top) {
-    if (!measured.contains(m->candidate.id())) return false;
-  }
+  if (!earlier.ok()) return false;
+  std::optional<ConfirmationOutcome> borrowed =
+      BorrowedConfirmation(*earlier, finalists, ReuseClass(), ingested_count_, *engine_);
+  if (!borrowed.has_value()) return false;
+  confirmed_best_ = std::move(borrowed->best);
+  *job_.mutable_confirmation() = std::move(borrowed->confirmation);
+  log_->info("job={} finalists={} as re-measured by job={}", job_id_, finalists.size(), from);
   return true;
 }
 
 void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r, bool final) {
-  v1::Confirmation c;
-  if (r.outcome() != v1::OUTCOME_OK || !r.has_confirmation() || r.confirmation().finalists_size() == 0) {
-    if (!final) {  // a checkpoint's: the last good one stands, the end tries again
-      log_->warn("job={} the finalists' re-measurement at evaluation {} failed: {}", job_id_, ingested_count_,
-                 r.message());
-      return;
-    }
+  std::optional<ConfirmationOutcome> applied =
+      ConfirmationFrom(r, final, confirm_sent_at_, *engine_);
+  if (!applied.has_value()) {  // a checkpoint's: the last good one stands, the end tries again
+    log_->warn("job={} the finalists' re-measurement at evaluation {} failed: {}", job_id_,
+               ingested_count_, r.message());
+    return;
   }
-  confirmed_best_.clear();  // an earlier checkpoint's winner is no longer the word
-  if (r.outcome() != v1::OUTCOME_OK || !r.has_confirmation() || r.confirmation().finalists_size() == 0) {
-    // The job still ends, with the best as the search measured it, and says why (with no
-    // interval: an earlier checkpoint's need not be of the best now).
-    c.set_note(absl::StrCat("the finalists were not re-measured: ",
-                            r.outcome() == v1::OUTCOME_OK ? "the worker does not re-measure finalists"
-                                                          : r.message()));
-  } else {
-    c = r.confirmation();
-    for (auto& f : *c.mutable_finalists()) {
-      if (const Member* m = engine_->Find(f.candidate_id())) f.set_first_speedup(m->fitness);
-    }
-    const v1::FinalistTiming& first = c.finalists(0);
-    if (first.outcome() == v1::OUTCOME_OK && engine_->Find(first.candidate_id()) != nullptr) {
-      confirmed_best_ = first.candidate_id();
-      if (confirmed_best_ != engine_->best()->candidate.id()) {
-        std::string note = c.note();
-        absl::StrAppend(&note, note.empty() ? "" : "; ", "re-ranked: ", confirmed_best_,
-                        absl::StrFormat(" (%.3gx, first measured %.3gx) is faster than ", first.speedup(),
-                                        first.first_speedup()),
-                        engine_->best()->candidate.id(),
-                        absl::StrFormat(" (first measured %.3gx) when timed side by side", engine_->best()->fitness));
-        c.set_note(note);
-      }
-    }
-  }
-  c.set_evaluations(confirm_sent_at_);
-  c.set_worker_id(r.worker_id());
-  *job_.mutable_confirmation() = c;
+  confirmed_best_ =
+      std::move(applied->best);  // an earlier checkpoint's winner is no longer the word
+  *job_.mutable_confirmation() = std::move(applied->confirmation);
+  const v1::Confirmation& c = job_.confirmation();
   log_->info("job={} finalists re-measured best={} separated={} note=\"{}\"", job_id_, confirmed_best_,
              c.separated(), c.note());
 }

@@ -142,8 +142,6 @@ class JobDriver {
   absl::Status MaybeConfirm();
   // `final`: the end's re-measurement (a failed one is reported), not a checkpoint's.
   void ApplyConfirmation(const v1::EvaluationResult& r, bool final);
-  // Whether `c` re-measured exactly these finalists.
-  static bool SameFinalists(const v1::Confirmation& c, const std::vector<const Member*>& top);
   absl::StatusOr<bool> End();
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
