@@ -5,7 +5,7 @@
 // PostgreSQL (as an unprivileged user when run as root) in temporary folders.
 //
 //   kforge-bench-ingest [--jobs 4] [--candidates 2000] [--workers 8] [--slots 16] [--rounds 3]
-//                       [--screen 1] [--in-order] [--rate R] [--json]
+//                       [--screen 1] [--in-order] [--rate R] [--ready N] [--json]
 //
 // Results are ingested as they arrive (the coordinator's way); --in-order ingests them in
 // candidate order (the embedded run's, deterministic). By default the fleet answers as fast as
@@ -135,6 +135,8 @@ struct Config {
   int screen = 1;
   bool in_order = false;
   double rate = 0;  // the fleet's results per second (0: as fast as it can)
+  int ready =
+      -1;  // JobRunnerOptions::ready_candidates; -1: as many as slots (the coordinator's default)
 };
 
 struct RoundResult {
@@ -185,6 +187,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
     ro.slots = cfg.slots;
     ro.poll_seconds = 0.05;
     ro.in_order = cfg.in_order;
+    ro.ready_candidates = cfg.ready < 0 ? cfg.slots : cfg.ready;
     runners.push_back(std::make_unique<coordinator::JobRunner>(store, queue, *mutators.back(), clock, log, ro));
     v1::JobSpec spec;
     *spec.mutable_problem() = problem;
@@ -241,6 +244,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", cfg.rate,
                  "cap the fleet at this many results per second, Poisson arrivals (0: none)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--ready", cfg.ready,
+                 "candidates stored ahead per job, dispatched the moment a slot frees (-1: as many "
+                 "as --slots)");
   app.add_flag("--json", json, "print JSON");
   std::string only;
   app.add_option("--only", only, "run one pair: embedded or cluster (for profiling)")
@@ -318,9 +324,11 @@ int main(int argc, char** argv) {
     const std::string pace =
         cfg.rate > 0 ? absl::StrCat("fleet capped at ", cfg.rate, " results/s") : "fleet uncapped";
     std::printf(
-        "%d jobs x %lld candidates, %d instant workers, %d slots per job, screen %d, %s, %s, %d "
-        "rounds (medians)\n",
-        cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots, cfg.screen,
+        "%d jobs x %lld candidates, %d instant workers, %d slots + %d ready per job, screen %d, "
+        "%s, %s, "
+        "%d rounds (medians)\n",
+        cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots,
+        cfg.in_order ? 0 : (cfg.ready < 0 ? cfg.slots : cfg.ready), cfg.screen,
         cfg.in_order ? "in order" : "as results arrive", pace.c_str(), cfg.rounds);
     std::printf("%-28s %10s %14s %18s %16s %9s %9s\n", "backends", "results/s", "CPU ms/result",
                 "servers ms/result", "(Redis ms/result)", "p50 ms", "p99 ms");

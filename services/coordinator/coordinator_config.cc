@@ -39,6 +39,14 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
              [&opts] { return opts.max_jobs_running >= 1 ? std::string() : std::string("must be >= 1"); });
   schema.Add("jobs.slots", &opts.slots_per_job, "candidates in flight per job",
              [&opts] { return opts.slots_per_job >= 1 ? std::string() : std::string("must be >= 1"); });
+  schema.Add(
+      "jobs.ready", &opts.ready_per_job,
+      "candidates a job stores ahead of its slots, handed to a worker the moment a result frees a "
+      "slot "
+      "(the store's write then stays off the workers' wait; they count at the tenant's in-flight "
+      "quota); "
+      "-1: as many as jobs.slots; 0: none; unused with jobs.in_order",
+      [&opts] { return opts.ready_per_job >= -1 ? std::string() : std::string("must be >= -1"); });
   schema.Add("jobs.threads", &opts.job_threads,
              "event-loop threads stepping the running jobs (a step calling a model holds one for the call)",
              [&opts] { return opts.job_threads >= 1 ? std::string() : std::string("must be >= 1"); });

@@ -27,6 +27,7 @@ struct CoordinatorOptions {
   int64_t confirm_every = 100;            // ... and every this many evaluations (0 = at the end only)
   int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
   int64_t slots_per_job = 4;              // candidates in flight per job
+  int64_t ready_per_job = -1;  // stored ahead per job (JobRunnerOptions); -1 = slots_per_job
   std::string owner;                      // this coordinator's name in job leases; "" = host:pid
   std::string problems_dir;               // submitted problem folders; "" = next to a SQLite db, else /tmp
 };

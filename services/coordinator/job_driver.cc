@@ -149,7 +149,7 @@ absl::StatusOr<bool> JobDriver::Begin() {
   // Rebuild from the store: candidates in sequence order, their evaluations, the seen set.
   KF_ASSIGN_OR_RETURN(cands_, store_.ListCandidates(job_id_));
   rebuilt_ = cands_.size();
-  dispatched_ = cands_.size();
+  stored_ = cands_.size();
   for (size_t i = 0; i < cands_.size(); ++i) {
     index_[cands_[i].id()] = i;
     seen_.insert(cands_[i].content_hash());
@@ -392,6 +392,8 @@ absl::Status JobDriver::Redispatch() {
   for (const auto& c : cands_) {
     if (!evaluated_.contains(c.id())) requests.push_back(RequestFor(c));
   }
+  ready_.clear();  // they are among them
+  at_workers_ = static_cast<int64_t>(requests.size());
   if (confirm_.has_value()) requests.push_back(*confirm_);
   KF_RETURN_IF_ERROR(queue_.EnqueueBatch(stream_, requests));
   if (!requests.empty()) log_->info("job={} dispatched again candidates={}", job_id_, requests.size());
@@ -521,8 +523,8 @@ absl::Status JobDriver::Propose() {
 }
 
 absl::Status JobDriver::DispatchProposed() {
-  const size_t from = dispatched_;
-  if (from >= cands_.size()) return absl::OkStatus();
+  const size_t from = stored_;
+  if (from >= cands_.size()) return DispatchReady(/*acks_too=*/false);
   const absl::Span<const v1::Candidate> batch = absl::MakeConstSpan(cands_).subspan(from);
   // The results they came from go in the same write.
   KF_ASSIGN_OR_RETURN(StepOutcome written,
@@ -536,13 +538,24 @@ absl::Status JobDriver::DispatchProposed() {
   for (size_t i = 0; i < inserted.size(); ++i) {
     if (!inserted[i]) return absl::InternalError(absl::StrCat("candidate ", batch[i].id(), " already stored"));
   }
-  dispatched_ = cands_.size();
-  std::vector<v1::EvaluationRequest> requests;
-  requests.reserve(batch.size());
-  for (const v1::Candidate& c : batch) {
-    KF_ASSIGN_OR_RETURN(bool reused, Reuse(c));
-    if (!reused) requests.push_back(RequestFor(c));
+  stored_ = cands_.size();
+  for (size_t i = from; i < stored_; ++i) {
+    KF_ASSIGN_OR_RETURN(bool reused, Reuse(cands_[i]));
+    if (!reused) ready_.push_back(i);
   }
+  // Without candidates held ready, the results just stored are acknowledged in this round trip;
+  // with them, in the next step's (the one that fills the slots those results free).
+  return DispatchReady(/*acks_too=*/HeldReady() == 0);
+}
+
+absl::Status JobDriver::DispatchReady(bool acks_too) {
+  std::vector<v1::EvaluationRequest> requests;
+  while (!ready_.empty() && at_workers_ < slots_) {
+    requests.push_back(RequestFor(cands_[ready_.front()]));
+    ready_.pop_front();
+    ++at_workers_;
+  }
+  if (requests.empty() && (!acks_too || stored_unacked_.empty())) return absl::OkStatus();
   absl::Status acked;
   absl::Status sent =
       queue_.EnqueueBatchAndAck(stream_, requests, job_id_, stored_unacked_, &acked);
@@ -675,7 +688,10 @@ absl::Status JobDriver::ProposeWhileRoom() {
   if (stop_reason_.empty()) stop_reason_ = BudgetReason();
   // Propose while the pipeline has room (in order: candidate k waits for candidate k - slots),
   // once the seed has been evaluated, and while the tenant's quotas admit more.
-  const auto room = [&] { return InFlight() < slots_ && (cands_.empty() || ingested_count_ > 0); };
+  const int64_t pipeline = slots_ + HeldReady();
+  const auto room = [&] {
+    return InFlight() < pipeline && (cands_.empty() || ingested_count_ > 0);
+  };
   while (stop_reason_.empty() && room()) {
     if (gate_ != nullptr) {
       if (!gate_->TryAcquire(job_.spec().tenant())) break;
@@ -726,7 +742,7 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     v1::EvaluationResult& r = d.result;
     // A candidate of this job that was stored (and so dispatched).
     const auto at = index_.find(r.candidate_id());
-    if (r.job_id() != job_id_ || at == index_.end() || at->second >= dispatched_) {
+    if (r.job_id() != job_id_ || at == index_.end() || at->second >= stored_) {
       log_->warn("job={} dropping a result for unknown candidate={}", job_id_, r.candidate_id());
       continue;
     }
@@ -743,6 +759,10 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     gate_held_ -= n;
   }
   busy_ = true;
+  // Their slots take the candidates held ready at once, before anything is stored: the store's
+  // write is off the workers' wait.
+  at_workers_ = std::max<int64_t>(0, at_workers_ - taken);
+  KF_RETURN_IF_ERROR(DispatchReady(/*acks_too=*/false));
   return IngestReady(/*notify=*/true);
 }
 
@@ -874,13 +894,15 @@ absl::StatusOr<bool> JobDriver::Step(double wait_seconds) {
                          reused_waiting_ ? 0 : wait_seconds));
   if (batch.empty()) {
     KF_RETURN_IF_ERROR(WriteNotices());  // of reused results the first Fill ingested
+    AckStored();                         // what waited for a dispatch to ride along with
     return true;
   }
   KF_RETURN_IF_ERROR(IngestBatch(batch));
   KF_RETURN_IF_ERROR(Fill());
   KF_RETURN_IF_ERROR(StoreResults());  // when there was nothing to dispatch
   KF_RETURN_IF_ERROR(WriteNotices());
-  AckStored();
+  // With candidates held ready, the acknowledgements ride with the next step's dispatch.
+  if (HeldReady() == 0 || ready_.empty()) AckStored();
   KF_RETURN_IF_ERROR(MaybeConfirm());
   if (Done()) return End();
   return true;

@@ -110,9 +110,12 @@ class JobDriver {
   // Proposes one candidate (added to cands_, not yet stored: see DispatchProposed).
   absl::Status Propose();
   absl::Status ProposeWhileRoom();
-  // Stores the candidates proposed since the last call in one write, then dispatches those no
-  // earlier job answered in one go.
+  // Stores the candidates proposed since the last call in one write; those no earlier job
+  // answered join the ready ones, which go out while slots are free.
   absl::Status DispatchProposed();
+  // Dispatches ready candidates to the free slots in one round trip, with the acknowledgements
+  // owed (`acks_too`: also when there is nothing to dispatch).
+  absl::Status DispatchReady(bool acks_too);
   bool CheckpointDue() const;
   std::string BudgetReason() const;
   absl::Status Fill();
@@ -145,6 +148,10 @@ class JobDriver {
   absl::StatusOr<bool> End();
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
+  // How many stored candidates wait for a slot at most (none in order).
+  int64_t HeldReady() const {
+    return options_.in_order ? 0 : std::max(0, options_.ready_candidates);
+  }
   void ReleaseGate();
 
   Store& store_;
@@ -199,7 +206,11 @@ class JobDriver {
   bool reused_waiting_ = false;  // a reused result is stored but not ingested yet
   int64_t reused_ = 0;           // ingested evaluations that were reused
   size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
-  size_t dispatched_ = 0;        // cands_[0, dispatched_) are stored (and dispatched or reused)
+  size_t stored_ = 0;            // cands_[0, stored_) are stored
+  // Stored candidates not dispatched yet (JobRunnerOptions::ready_candidates), oldest first, and
+  // the dispatched ones whose result has not come (at most slots_).
+  std::deque<size_t> ready_;
+  int64_t at_workers_ = 0;
   bool called_model_ = false;    // the last proposal made a model call
   // Results ingested before they are stored: this driver holds the job's lease, so whether a
   // result is new is known here (evaluated_), and the engine takes it at once. They are stored in

@@ -194,6 +194,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   r->mutator = *std::move(mutator);
   JobRunnerOptions ro;
   ro.slots = options_.slots;
+  ro.ready_candidates = options_.ready;
   ro.owner = options_.owner;
   ro.lease_seconds = options_.lease_seconds;
   ro.device_class = options_.device_class;

@@ -27,6 +27,11 @@ namespace kforge::coordinator {
 
 struct JobRunnerOptions {
   int slots = 1;                 // candidates in flight (the workers' slots)
+  // As results arrive (not in order): candidates proposed and stored ahead, beyond the slots, so
+  // that a result's slot is filled at once from these, before the step's store write, which is
+  // then off the workers' wait. Each counts at the tenant's gate like one in flight, and the
+  // search sees its results that much later. 0 = none.
+  int ready_candidates = 0;
   double poll_seconds = 0.1;     // result wait slice (stop flag latency)
   // The job's lease in the store: one runner at a time writes a job, and one whose lease was
   // taken over stops (FailedPrecondition) without writing. A run of the same owner may resume a

@@ -130,18 +130,20 @@ int main(int argc, char** argv) {
   const std::string owner = opts.owner.empty() ? absl::StrCat(host, ":", getpid()) : opts.owner;
   coordinator::CoordinatorMetrics metrics(*registry);
   coordinator::TenantGate gate(metered_store, clock, registry.get());
-  coordinator::JobManager manager(metered_store, *queue, mutators, clock, log,
-                                  {.owner = owner,
-                                   .max_running = static_cast<int>(opts.max_jobs_running),
-                                   .slots = static_cast<int>(opts.slots_per_job),
-                                   .lease_seconds = kLeaseSeconds,
-                                   .in_order = opts.in_order,
-                                   .finalists = static_cast<int>(opts.finalists),
-                                   .confirm_rounds = static_cast<int>(opts.confirm_rounds),
-                                   .confirm_every = static_cast<int>(opts.confirm_every),
-                                   .threads = static_cast<int>(opts.job_threads),
-                                   .metrics = &metrics,
-                                   .gate = &gate});
+  coordinator::JobManager manager(
+      metered_store, *queue, mutators, clock, log,
+      {.owner = owner,
+       .max_running = static_cast<int>(opts.max_jobs_running),
+       .slots = static_cast<int>(opts.slots_per_job),
+       .ready = static_cast<int>(opts.ready_per_job < 0 ? opts.slots_per_job : opts.ready_per_job),
+       .lease_seconds = kLeaseSeconds,
+       .in_order = opts.in_order,
+       .finalists = static_cast<int>(opts.finalists),
+       .confirm_rounds = static_cast<int>(opts.confirm_rounds),
+       .confirm_every = static_cast<int>(opts.confirm_every),
+       .threads = static_cast<int>(opts.job_threads),
+       .metrics = &metrics,
+       .gate = &gate});
   // Submitted problems are written next to a SQLite database, or in the temporary folder.
   const std::string problems_dir =
       !opts.problems_dir.empty() ? opts.problems_dir
@@ -152,9 +154,12 @@ int main(int argc, char** argv) {
   coordinator::Authenticator auth(metered_store, opts.auth_required);
   coordinator::MetricsSampler sampler(metered_store, *queue, metrics, log);
   coordinator::CoordinatorServiceImpl service(api, auth);
-  log->info("owner={} store={} queue={} auth={} max_running={} slots={} threads={} in_order={} problems_dir={}",
-            owner, RedactUrlPassword(opts.store_url), opts.queue_kind, opts.auth_required ? "required" : "off",
-            opts.max_jobs_running, opts.slots_per_job, opts.job_threads, opts.in_order, problems_dir);
+  log->info(
+      "owner={} store={} queue={} auth={} max_running={} slots={} ready={} threads={} in_order={} "
+      "problems_dir={}",
+      owner, RedactUrlPassword(opts.store_url), opts.queue_kind,
+      opts.auth_required ? "required" : "off", opts.max_jobs_running, opts.slots_per_job,
+      opts.ready_per_job, opts.job_threads, opts.in_order, problems_dir);
   if (!opts.auth_required) log->warn("authentication is off: every caller is tenant '{}'", coordinator::kDefaultTenant);
 
   // Workers in this process, on the replay and OpenCL streams (a one-process server).

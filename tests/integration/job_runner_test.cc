@@ -75,6 +75,7 @@ class TestQueue final : public ForwardingWorkQueue {
     if (r.ok() && r->has_value()) {
       std::lock_guard<std::mutex> lock(mu_);
       unacked_.insert((*r)->ack_token);
+      delivered_.insert((*r)->result.candidate_id());
     }
     return r;
   }
@@ -94,8 +95,11 @@ class TestQueue final : public ForwardingWorkQueue {
                                   absl::Status* ack_status) override {
     Acked(ack_tokens);
     if (!requests.empty() && !ack_tokens.empty()) acks_with_dispatch_.fetch_add(1);
+    if (!requests.empty()) Dispatched(job_id, requests);
     return inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
   }
+  // With a store: counts the dispatches made while a result handed to the job was not stored yet.
+  void Watch(Store* store) { store_ = store; }
   int completed() const { return completed_.load(); }
   int duplicates() const { return duplicates_.load(); }
   bool reordered() const { return reordered_; }
@@ -106,8 +110,25 @@ class TestQueue final : public ForwardingWorkQueue {
   }
   // Acknowledgements that went with a dispatch.
   int acks_with_dispatch() const { return acks_with_dispatch_.load(); }
+  // The most candidates dispatched at once without their result handed to the job; dispatches
+  // made while a result handed to the job was not stored (see Watch).
+  size_t max_in_flight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_in_flight_;
+  }
+  int dispatched_before_write() const { return dispatched_before_write_.load(); }
 
  private:
+  void Dispatched(const std::string& job_id, const std::vector<v1::EvaluationRequest>& requests) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& r : requests) dispatched_.insert(r.candidate().id());
+    size_t in_flight = 0;
+    for (const auto& id : dispatched_) in_flight += delivered_.contains(id) ? 0 : 1;
+    max_in_flight_ = std::max(max_in_flight_, in_flight);
+    if (store_ == nullptr) return;
+    auto stored = store_->ListEvaluations(job_id);
+    if (stored.ok() && stored->size() < delivered_.size()) dispatched_before_write_.fetch_add(1);
+  }
   void Acked(const std::vector<std::string>& tokens) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& t : tokens) unacked_.erase(t);
@@ -141,6 +162,10 @@ class TestQueue final : public ForwardingWorkQueue {
   std::mutex mu_;
   std::set<std::string> unacked_;
   std::atomic<int> acks_with_dispatch_{0};
+  Store* store_ = nullptr;
+  std::set<std::string> dispatched_, delivered_;  // candidate ids
+  size_t max_in_flight_ = 0;
+  std::atomic<int> dispatched_before_write_{0};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -182,6 +207,8 @@ class RecordingMutator final : public Mutator {
 struct RunOptions {
   int workers = 1;
   int slots = 1;
+  bool in_order = true;            // JobRunnerOptions::in_order
+  int ready = 0;                   // JobRunnerOptions::ready_candidates
   int64_t stop_after = 0;          // set the stop flag once this many evaluations are ingested
   double sleep_per_eval = 0;       // seconds slept in the progress callback (slows the job)
   double fake_seconds_per_eval = 0;  // with a FakeClock: advanced in the progress callback
@@ -211,6 +238,8 @@ struct RunReport {
   size_t unacked = 0;          // results handed to the job and never acknowledged
   int acks_with_dispatch = 0;  // acknowledgements that went out with a dispatch
   int used_up_hints = 0, unfounded_used_up_hints = 0;  // RecordingMutator's
+  size_t max_in_flight = 0;                            // TestQueue's
+  int dispatched_before_write = 0;                     // TestQueue's
 };
 
 class JobRunnerTest : public ::testing::Test {
@@ -268,10 +297,13 @@ class JobRunnerTest : public ::testing::Test {
     std::optional<testing::FaultyQueue> faulty;
     if (o.faults.has_value()) faulty.emplace(memq, *o.faults);
     TestQueue queue(faulty.has_value() ? static_cast<WorkQueue&>(*faulty) : memq, o.queue);
+    queue.Watch(&store);
     RecordingMutator mutator(Validity());
     if (o.stored_at_model_call != nullptr) mutator.paid = &store;
     coordinator::JobRunnerOptions ro;
     ro.slots = o.slots;
+    ro.in_order = o.in_order;
+    ro.ready_candidates = o.ready;
     ro.screen_oracle = o.oracle;
     ro.lease_seconds = o.lease_seconds;
     coordinator::JobRunner runner(store, queue, mutator, clock, log_, ro);
@@ -319,6 +351,8 @@ class JobRunnerTest : public ::testing::Test {
     rep.reordered = queue.reordered();
     rep.unacked = queue.unacked();
     rep.acks_with_dispatch = queue.acks_with_dispatch();
+    rep.max_in_flight = queue.max_in_flight();
+    rep.dispatched_before_write = queue.dispatched_before_write();
     if (faulty.has_value()) {
       const testing::QueueFaultCounts& c = faulty->counts();
       rep.dropped_completes = c.dropped_completes;
@@ -928,6 +962,60 @@ TEST_F(JobRunnerTest, EveryResultIsAcknowledgedMostWithTheNextDispatch) {
         << "a result left unacknowledged comes back to the next run of the job";
     // Stored results are acknowledged in the round trip that dispatches what they led to.
     EXPECT_GE(rep.acks_with_dispatch, 10);
+  }
+}
+
+TEST_F(JobRunnerTest, CandidatesHeldReadyFillAFreedSlotBeforeTheStepsWrite) {
+  // As results arrive, a job may hold stored candidates ready: a result's slot takes one at once,
+  // before the step's store write. The workers never hold more than the slots, every result is
+  // acknowledged, and every candidate ends with exactly one evaluation.
+  for (int ready : {0, 3}) {
+    SCOPED_TRACE(absl::StrCat("ready ", ready));
+    MemoryStore store;
+    RunReport rep = Run(store, Submit(store, Spec(23, 60)),
+                        {.workers = 3, .slots = 3, .in_order = false, .ready = ready});
+    KF_ASSERT_COMPLETED(rep);
+    EXPECT_EQ(rep.job->progress().evaluations(), 60);
+    ExpectConsistent(store, *rep.job);
+    EXPECT_EQ(rep.unacked, 0u);
+    EXPECT_LE(rep.max_in_flight, 3u);
+    EXPECT_GE(rep.max_in_flight, 2u);
+    if (ready == 0) {
+      EXPECT_EQ(rep.dispatched_before_write, 0)
+          << "without ready candidates every dispatch follows the write";
+    } else {
+      EXPECT_GE(rep.dispatched_before_write, 10);
+      EXPECT_GE(rep.acks_with_dispatch, 10)
+          << "acknowledgements ride with the next step's dispatch";
+    }
+  }
+}
+
+TEST_F(JobRunnerTest, CandidatesHeldReadySurviveAFaultyQueueAndOneThatLosesItsData) {
+  // The faults of the tests above, as results arrive with candidates held ready: each candidate
+  // still ends with exactly one evaluation (a lost queue's ready candidates are dispatched again
+  // with the rest).
+  for (bool lose_data : {false, true}) {
+    SCOPED_TRACE(lose_data ? "loses its data" : "drops, doubles and reorders");
+    MemoryStore store;
+    RunOptions o{.workers = 3, .slots = 3, .in_order = false, .ready = 3};
+    if (lose_data) {
+      o.faults = testing::QueueFaults{.seed = 3};
+      o.lose_data_after = 12;
+    } else {
+      o.faults = testing::QueueFaults{.drop_complete = 0.15,
+                                      .drop_delivery = 0.15,
+                                      .drop_ack = 0.2,
+                                      .duplicate_complete = 0.2,
+                                      .duplicate_enqueue = 0.3,
+                                      .max_delay_seconds = 0.005,
+                                      .reorder = 2,
+                                      .seed = 29};
+    }
+    RunReport rep = Run(store, Submit(store, Spec(5, 40)), o);
+    KF_ASSERT_COMPLETED(rep);
+    EXPECT_EQ(rep.job->progress().evaluations(), 40);
+    ExpectConsistent(store, *rep.job);
   }
 }
 
