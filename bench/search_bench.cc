@@ -4,6 +4,12 @@
 //
 //   kforge-bench-search --cache FILE... [--budget 50,100,200] [--seeds 20] [--json]
 //                       [--screen N] [--screen-oracle FRACTION] [engine options]
+//                       [--slots N [--as-arrive [--ready M]]]
+//
+// By default one candidate is in flight, in order. --slots N runs N workers with N candidates in
+// flight; --as-arrive ingests results as they arrive (the coordinator's way) and --ready M holds
+// M candidates stored ahead (JobRunnerOptions::ready_candidates): what the search pays for seeing
+// its results later.
 //
 // Quality of a run = optimum time in the file / best time found within the budget (1.0 = found
 // the optimum). Both searches draw only configurations the file records as valid; failures
@@ -12,11 +18,13 @@
 #include <atomic>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
@@ -44,17 +52,18 @@ struct RunOutcome {
 };
 
 v1::EvolutionConfig g_evolution;
+coordinator::JobRunnerOptions g_pipeline{.slots = 1, .poll_seconds = 0.05};
 // Rank screened children by the recorded times (a ceiling, not a search), from this fraction of
 // the budget on; below 0, never.
 double g_screen_oracle_from = -1;
 
-RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double optimum, int64_t budget, uint64_t seed,
-                     worker::Evaluator& evaluator, Clock& clock, const Logger& log) {
+RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double optimum,
+                     int64_t budget, uint64_t seed, Clock& clock, const Logger& log) {
   MemoryStore store;
   MemoryWorkQueue queue(clock, 3600);
   auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
   llm::ParametricMutator mutator({}, validity);
-  coordinator::JobRunnerOptions options{.slots = 1, .poll_seconds = 0.05};
+  coordinator::JobRunnerOptions options = g_pipeline;
   std::atomic<int64_t> evaluations{0};
   if (g_screen_oracle_from >= 0) {
     const auto from =
@@ -75,10 +84,18 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   *spec.mutable_evolution() = g_evolution;
   auto job = runner.Submit(spec);
   std::atomic<bool> stop{false}, worker_stop{false};
-  std::thread t([&] {
-    worker::QueueWorker w(queue, evaluator, StreamFor(problem), "bench", log);
-    w.Run(worker_stop);
-  });
+  std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
+  for (int i = 0; i < options.slots; ++i) {
+    evaluators.push_back(
+        std::make_unique<worker::Evaluator>(worker::EvaluatorOptions{}, clock, log));
+  }
+  std::vector<std::thread> workers;
+  for (int i = 0; i < options.slots; ++i) {
+    workers.emplace_back([&, evaluator = evaluators[i].get(), i] {
+      worker::QueueWorker w(queue, *evaluator, StreamFor(problem), absl::StrCat("bench", i), log);
+      w.Run(worker_stop);
+    });
+  }
   const double t0 = bench::Now();
   auto done = runner.Run(job->id(), stop, [&evaluations](const coordinator::Progress& p) {
     evaluations = p.evaluations;
@@ -86,7 +103,7 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   const double secs = bench::Now() - t0;
   worker_stop = true;
   queue.Close();
-  t.join();
+  for (auto& t : workers) t.join();
   RunOutcome out;
   out.seconds = secs;
   auto evals = store.ListEvaluations(job->id());
@@ -140,7 +157,16 @@ int main(int argc, char** argv) {
                  "fraction of the budget is spent (0 = from the start): the ceiling a perfect "
                  "model would reach with the same proposals")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--slots", g_pipeline.slots, "candidates in flight, one worker each")
+      ->check(CLI::PositiveNumber);
+  bool as_arrive = false;
+  app.add_flag("--as-arrive", as_arrive,
+               "ingest results as they arrive instead of in candidate order");
+  app.add_option("--ready", g_pipeline.ready_candidates,
+                 "with --as-arrive: candidates stored ahead of the slots")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  g_pipeline.in_order = !as_arrive;
   std::vector<int64_t> budgets;
   for (absl::string_view b : absl::StrSplit(budgets_text, ',', absl::SkipEmpty())) {
     int64_t v = 0;
@@ -158,8 +184,6 @@ int main(int argc, char** argv) {
   g_evolution.set_screen_children(screen);
   RealClock clock;
   auto log = MakeLogger("bench-search", spdlog::level::err);
-  worker::EvaluatorOptions eo;
-  worker::Evaluator evaluator(eo, clock, log);
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
     std::cout << "| file | budget | kforge quality (mean) | random quality (mean) | kforge min | evals/s |\n"
@@ -186,7 +210,8 @@ int main(int argc, char** argv) {
       double sum_q = 0, sum_r = 0, min_q = 1e9, evals = 0, secs = 0;
       std::vector<double> per_seed, random_per_seed;  // for --json: the spread behind the means
       for (int s = 1; s <= seeds; ++s) {
-        RunOutcome r = RunEngine(*problem, *cache, optimum, budget, static_cast<uint64_t>(s), evaluator, clock, log);
+        RunOutcome r =
+            RunEngine(*problem, *cache, optimum, budget, static_cast<uint64_t>(s), clock, log);
         sum_q += r.quality;
         min_q = std::min(min_q, r.quality);
         evals += static_cast<double>(r.evaluations);

@@ -740,7 +740,8 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
   for (ResultDelivery& d : batch) {
     unstored_tokens_.push_back(std::move(d.ack_token));
     v1::EvaluationResult& r = d.result;
-    // A candidate of this job that was stored (and so dispatched).
+    // A candidate of this job that was stored (a result for one held ready comes from a run
+    // before a resume, which dispatched them all).
     const auto at = index_.find(r.candidate_id());
     if (r.job_id() != job_id_ || at == index_.end() || at->second >= stored_) {
       log_->warn("job={} dropping a result for unknown candidate={}", job_id_, r.candidate_id());

@@ -316,8 +316,9 @@ class JobRunnerTest : public ::testing::Test {
       worker::EvaluatorOptions eo;
       eo.worker_id = absl::StrCat("w", i);
       evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log_));
-      threads.emplace_back([&, i] {
-        worker::QueueWorker w(queue, *evaluators[i], stream, absl::StrCat("w", i), log_);
+      // The evaluator by pointer: the vector may grow while the thread starts.
+      threads.emplace_back([&, evaluator = evaluators.back().get(), i] {
+        worker::QueueWorker w(queue, *evaluator, stream, absl::StrCat("w", i), log_);
         w.Run(workers_stop);
       });
     }
@@ -1131,8 +1132,8 @@ TEST_F(JobRunnerTest, OnRedisEveryCandidateEndsWithOneEvaluationAcrossRestartsWi
     worker::EvaluatorOptions eo;
     eo.worker_id = absl::StrCat("w", i);
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log_));
-    workers.emplace_back([&, i] {
-      worker::QueueWorker w(**queue, *evaluators[i], StreamFor(problem_), absl::StrCat("w", i), log_);
+    workers.emplace_back([&, evaluator = evaluators.back().get(), i] {
+      worker::QueueWorker w(**queue, *evaluator, StreamFor(problem_), absl::StrCat("w", i), log_);
       w.Run(workers_stop);
     });
   }
