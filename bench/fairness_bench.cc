@@ -4,7 +4,7 @@
 // started by the bench in temporary folders).
 //
 //   kforge-bench-fairness [--jobs 200] [--candidates 40] [--tenants 3] [--workers 8] [--slots 4]
-//                         [--threads 4] [--backends embedded|cluster] [--rounds 3]
+//                         [--ready -1] [--threads 4] [--backends embedded|cluster] [--rounds 3]
 //
 // Part 1, many jobs: all submitted at once; results stored per second over the whole run, the
 // coordinator's CPU per result (the process's, less the simulated workers' threads), the jobs
@@ -60,6 +60,7 @@ struct Config {
   int tenants = 3;
   int workers = 8;
   int slots = 4;
+  int ready = -1;  // stored ahead per job; -1: as many as slots (the coordinator's default)
   int threads = 4;
   int rounds = 3;
   int64_t big = 10000;
@@ -158,7 +159,12 @@ v1::JobSpec Spec(const v1::Problem& problem, const std::string& tenant, int64_t 
 }
 
 coordinator::JobManagerOptions ManagerOptions(const Config& cfg) {
-  return {.owner = "bench", .max_running = 1000, .slots = cfg.slots, .lease_seconds = 30, .scan_seconds = 0.2,
+  return {.owner = "bench",
+          .max_running = 1000,
+          .slots = cfg.slots,
+          .ready = cfg.ready < 0 ? cfg.slots : cfg.ready,
+          .lease_seconds = 30,
+          .scan_seconds = 0.2,
           .threads = cfg.threads};
 }
 
@@ -294,6 +300,7 @@ int main(int argc, char** argv) {
   app.add_option("--tenants", cfg.tenants, "tenants the jobs belong to (part 1)");
   app.add_option("--workers", cfg.workers, "simulated instant workers (threads)");
   app.add_option("--slots", cfg.slots, "candidates in flight per job");
+  app.add_option("--ready", cfg.ready, "candidates stored ahead per job (-1: as many as --slots)");
   app.add_option("--threads", cfg.threads, "the coordinator's event-loop threads");
   app.add_option("--rounds", cfg.rounds, "rounds, interleaved");
   app.add_option("--big", cfg.big, "the big job's candidates (part 2)");
@@ -356,8 +363,11 @@ int main(int argc, char** argv) {
     behind.push_back(s[1]);
     ratio.push_back(s[1] / s[0]);
   }
-  std::printf("backends %s; %d workers, %d slots per job, %d event-loop threads, %d rounds (medians)\n",
-              cfg.backends.c_str(), cfg.workers, cfg.slots, cfg.threads, cfg.rounds);
+  std::printf(
+      "backends %s; %d workers, %d slots + %d ready per job, %d event-loop threads, %d rounds "
+      "(medians)\n",
+      cfg.backends.c_str(), cfg.workers, cfg.slots, cfg.ready < 0 ? cfg.slots : cfg.ready,
+      cfg.threads, cfg.rounds);
   std::printf("many jobs: %d jobs x %lld candidates from %d tenants\n", cfg.jobs, static_cast<long long>(cfg.candidates),
               cfg.tenants);
   std::printf("  results/s %.0f, coordinator CPU %.3f ms/result, running at once (most) %d, Jain's index at half %.3f\n",
