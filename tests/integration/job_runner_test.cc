@@ -465,6 +465,9 @@ class JobRunnerTest : public ::testing::Test {
     }
   }
 
+  std::pair<absl::StatusOr<v1::Job>, int64_t> RunThroughRedisRestarts(
+      MemoryStore& store, const std::string& id, const coordinator::JobRunnerOptions& opts);
+
   TempDir dir_;
   std::string folder_;
   v1::Problem problem_;
@@ -1101,29 +1104,19 @@ TEST_F(JobRunnerTest, AQueueThatLosesItsDataGetsEveryUnevaluatedCandidateAgain) 
   EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
 }
 
-TEST_F(JobRunnerTest, OnRedisEveryCandidateEndsWithOneEvaluationAcrossRestartsWithAndWithoutItsData) {
-  // The cluster's queue under the runner: real redis-server, three workers. Mid-job Redis
-  // restarts with its data (persisted), later it crashes and comes back empty. Every candidate
-  // still ends with exactly one evaluation, and the search proposes what a clean run does.
-  if (!testing::RedisServer::Available()) GTEST_SKIP() << testing::RedisServer::kAbsent;
-  MemoryStore clean_store;
-  RunReport clean = Run(clean_store, Submit(clean_store, Spec(9, 40)), {.workers = 3, .slots = 3});
-  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
-  auto clean_cands = clean_store.ListCandidates(clean.job->id());
-  ASSERT_TRUE(clean_cands.ok());
-
+// A job (Spec(9, 40)) on the cluster's queue: a real redis-server, three workers. Mid-job Redis
+// restarts with its data (persisted), later it crashes and comes back empty. Returns the job and
+// the data losses the queue noticed.
+std::pair<absl::StatusOr<v1::Job>, int64_t> JobRunnerTest::RunThroughRedisRestarts(
+    MemoryStore& store, const std::string& id, const coordinator::JobRunnerOptions& opts) {
   testing::RedisServer redis(/*appendonly=*/true);
-  ASSERT_TRUE(redis.Start()) << redis.error();
+  if (!redis.Start()) return {absl::UnavailableError(redis.error()), 0};
   RedisQueueOptions ro;
   ro.queue = {.lease_seconds = 1.0, .max_deliveries = 10, .result_redelivery_seconds = 1.0};
   auto queue = RedisWorkQueue::Connect(redis.url(), ro, log_);
-  ASSERT_TRUE(queue.ok()) << queue.status();
-  MemoryStore store;
-  const std::string id = Submit(store, Spec(9, 40));
+  if (!queue.ok()) return {queue.status(), 0};
   RealClock clock;
   RecordingMutator mutator(Validity());
-  coordinator::JobRunnerOptions opts;
-  opts.slots = 3;
   coordinator::JobRunner runner(store, **queue, mutator, clock, log_, opts);
   std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
   std::vector<std::thread> workers;
@@ -1149,13 +1142,45 @@ TEST_F(JobRunnerTest, OnRedisEveryCandidateEndsWithOneEvaluationAcrossRestartsWi
   });
   workers_stop = true;
   for (auto& t : workers) t.join();
+  return {std::move(job), (*queue)->DataLosses()};
+}
+
+TEST_F(JobRunnerTest,
+       OnRedisEveryCandidateEndsWithOneEvaluationAcrossRestartsWithAndWithoutItsData) {
+  // Every candidate still ends with exactly one evaluation, and the search proposes what a clean
+  // run does.
+  if (!testing::RedisServer::Available()) GTEST_SKIP() << testing::RedisServer::kAbsent;
+  MemoryStore clean_store;
+  RunReport clean = Run(clean_store, Submit(clean_store, Spec(9, 40)), {.workers = 3, .slots = 3});
+  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
+  auto clean_cands = clean_store.ListCandidates(clean.job->id());
+  ASSERT_TRUE(clean_cands.ok());
+
+  MemoryStore store;
+  const std::string id = Submit(store, Spec(9, 40));
+  auto [job, losses] = RunThroughRedisRestarts(store, id, {.slots = 3});
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->state(), v1::JOB_STATE_COMPLETED) << job->state_reason();
-  EXPECT_EQ((*queue)->DataLosses(), 1);
+  EXPECT_EQ(losses, 1);
   ExpectConsistent(store, *job);
   auto cands = store.ListCandidates(id);
   ASSERT_TRUE(cands.ok());
   EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+}
+
+TEST_F(JobRunnerTest, OnRedisCandidatesHeldReadyEndWithOneEvaluationEachAcrossRestarts) {
+  // The same restarts as results arrive with candidates held ready (the coordinator's way): the
+  // ready ones lost with Redis's data go out again with the rest.
+  if (!testing::RedisServer::Available()) GTEST_SKIP() << testing::RedisServer::kAbsent;
+  MemoryStore store;
+  const std::string id = Submit(store, Spec(9, 40));
+  auto [job, losses] =
+      RunThroughRedisRestarts(store, id, {.slots = 3, .ready_candidates = 3, .in_order = false});
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_COMPLETED) << job->state_reason();
+  EXPECT_EQ(losses, 1);
+  EXPECT_EQ(job->progress().evaluations(), 40);
+  ExpectConsistent(store, *job);
 }
 
 TEST_F(JobRunnerTest, ARunWhoseLeaseWasTakenOverStopsWithoutWriting) {
