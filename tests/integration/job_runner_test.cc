@@ -399,6 +399,14 @@ class JobRunnerTest : public ::testing::Test {
     return {static_cast<int64_t>(cands->size()), static_cast<int64_t>(evals->size())};
   }
 
+  // What a run of `spec` proposes on a clean in-process queue (three workers, three slots).
+  std::vector<std::string> CleanTrace(const v1::JobSpec& spec) {
+    MemoryStore store;
+    RunReport clean = Run(store, Submit(store, spec), {.workers = 3, .slots = 3});
+    EXPECT_TRUE(clean.job.ok()) << clean.job.status();
+    return clean.job.ok() ? TraceOf(store, clean.job->id()) : std::vector<std::string>{};
+  }
+
   std::vector<std::string> TraceOf(Store& store, const std::string& job_id) {
     auto cands = store.ListCandidates(job_id);
     EXPECT_TRUE(cands.ok()) << cands.status();
@@ -1051,11 +1059,7 @@ TEST_F(JobRunnerTest, EveryCandidateEndsWithExactlyOneEvaluationThroughAFaultyQu
   // Results lost on the way (by the worker, before the store, the acknowledgement), sent twice,
   // delayed and reordered: the job still evaluates every candidate exactly once in the store, and
   // proposes the same candidates as a run on a clean queue.
-  MemoryStore clean_store;
-  RunReport clean = Run(clean_store, Submit(clean_store, Spec(5, 40)), {.workers = 3, .slots = 3});
-  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
-  auto clean_cands = clean_store.ListCandidates(clean.job->id());
-  ASSERT_TRUE(clean_cands.ok());
+  const std::vector<std::string> clean = CleanTrace(Spec(5, 40));
 
   MemoryStore store;
   RunOptions o{.workers = 3, .slots = 3};
@@ -1072,7 +1076,7 @@ TEST_F(JobRunnerTest, EveryCandidateEndsWithExactlyOneEvaluationThroughAFaultyQu
   EXPECT_EQ(evals->size(), 40u);
   auto cands = store.ListCandidates(rep.job->id());
   ASSERT_TRUE(cands.ok());
-  EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+  EXPECT_EQ(Trace(*cands), clean);
   // The faults did happen.
   EXPECT_GT(rep.dropped_completes, 0);
   EXPECT_GT(rep.dropped_deliveries, 0);
@@ -1085,11 +1089,7 @@ TEST_F(JobRunnerTest, AQueueThatLosesItsDataGetsEveryUnevaluatedCandidateAgain) 
   // Redis restarted without its data: queued items, leases and unread results are gone. The
   // runner dispatches again every candidate the store has no evaluation for; each still ends with
   // exactly one evaluation, and the search proposes what it would have on a clean queue.
-  MemoryStore clean_store;
-  RunReport clean = Run(clean_store, Submit(clean_store, Spec(5, 30)), {.workers = 3, .slots = 3});
-  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
-  auto clean_cands = clean_store.ListCandidates(clean.job->id());
-  ASSERT_TRUE(clean_cands.ok());
+  const std::vector<std::string> clean = CleanTrace(Spec(5, 30));
 
   MemoryStore store;
   RunOptions o{.workers = 3, .slots = 3};
@@ -1101,7 +1101,7 @@ TEST_F(JobRunnerTest, AQueueThatLosesItsDataGetsEveryUnevaluatedCandidateAgain) 
   ExpectConsistent(store, *rep.job);
   auto cands = store.ListCandidates(rep.job->id());
   ASSERT_TRUE(cands.ok());
-  EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+  EXPECT_EQ(Trace(*cands), clean);
 }
 
 // A job (Spec(9, 40)) on the cluster's queue: a real redis-server, three workers. Mid-job Redis
@@ -1150,11 +1150,7 @@ TEST_F(JobRunnerTest,
   // Every candidate still ends with exactly one evaluation, and the search proposes what a clean
   // run does.
   if (!testing::RedisServer::Available()) GTEST_SKIP() << testing::RedisServer::kAbsent;
-  MemoryStore clean_store;
-  RunReport clean = Run(clean_store, Submit(clean_store, Spec(9, 40)), {.workers = 3, .slots = 3});
-  ASSERT_TRUE(clean.job.ok()) << clean.job.status();
-  auto clean_cands = clean_store.ListCandidates(clean.job->id());
-  ASSERT_TRUE(clean_cands.ok());
+  const std::vector<std::string> clean = CleanTrace(Spec(9, 40));
 
   MemoryStore store;
   const std::string id = Submit(store, Spec(9, 40));
@@ -1165,7 +1161,7 @@ TEST_F(JobRunnerTest,
   ExpectConsistent(store, *job);
   auto cands = store.ListCandidates(id);
   ASSERT_TRUE(cands.ok());
-  EXPECT_EQ(Trace(*cands), Trace(*clean_cands));
+  EXPECT_EQ(Trace(*cands), clean);
 }
 
 TEST_F(JobRunnerTest, OnRedisCandidatesHeldReadyEndWithOneEvaluationEachAcrossRestarts) {
