@@ -385,15 +385,24 @@ v1::EvaluationRequest JobDriver::RequestFor(const v1::Candidate& c) const {
   return req;
 }
 
-// Candidates proposed but never evaluated (an interrupted run, or a queue that lost them):
-// dispatch again. Enqueue is idempotent, so one still queued is not doubled.
+// Candidates stored but never evaluated (an interrupted run, or a queue that lost them): dispatch
+// again, oldest first, as many as the slots hold; the rest wait with the ready ones (which were
+// never sent, so nothing of theirs was lost). Enqueue is idempotent, so one still queued is not
+// doubled.
 absl::Status JobDriver::Redispatch() {
+  const absl::flat_hash_set<size_t> waiting(ready_.begin(), ready_.end());
   std::vector<v1::EvaluationRequest> requests;
-  for (const auto& c : cands_) {
-    if (!evaluated_.contains(c.id())) requests.push_back(RequestFor(c));
+  std::deque<size_t> later;
+  for (size_t i = 0; i < stored_; ++i) {
+    if (evaluated_.contains(cands_[i].id()) || waiting.contains(i)) continue;
+    if (static_cast<int64_t>(requests.size()) < slots_) {
+      requests.push_back(RequestFor(cands_[i]));
+    } else {
+      later.push_back(i);
+    }
   }
-  ready_.clear();  // they are among them
   at_workers_ = static_cast<int64_t>(requests.size());
+  ready_.insert(ready_.begin(), later.begin(), later.end());  // older than the ready ones
   if (confirm_.has_value()) requests.push_back(*confirm_);
   KF_RETURN_IF_ERROR(queue_.EnqueueBatch(stream_, requests));
   if (!requests.empty()) log_->info("job={} dispatched again candidates={}", job_id_, requests.size());
@@ -736,18 +745,22 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
     return true;
   });
   if (batch.empty()) return absl::OkStatus();
-  int64_t taken = 0;
+  int64_t taken = 0, from_workers = 0;
   for (ResultDelivery& d : batch) {
     unstored_tokens_.push_back(std::move(d.ack_token));
     v1::EvaluationResult& r = d.result;
-    // A candidate of this job that was stored (a result for one held ready comes from a run
-    // before a resume, which dispatched them all).
+    // A candidate of this job that was stored (and dispatched, by this driver or a run before).
     const auto at = index_.find(r.candidate_id());
     if (r.job_id() != job_id_ || at == index_.end() || at->second >= stored_) {
       log_->warn("job={} dropping a result for unknown candidate={}", job_id_, r.candidate_id());
       continue;
     }
     if (!evaluated_.insert(r.candidate_id()).second) continue;  // a redelivered result
+    if (auto w = std::find(ready_.begin(), ready_.end(), at->second); w != ready_.end()) {
+      ready_.erase(w);  // sent by a run before a resume: it held none of this driver's slots
+    } else {
+      ++from_workers;
+    }
     unstored_.push_back(r);
     results_[r.candidate_id()] = std::move(r);
     ++taken;
@@ -762,7 +775,7 @@ absl::Status JobDriver::IngestBatch(std::vector<ResultDelivery>& batch) {
   busy_ = true;
   // Their slots take the candidates held ready at once, before anything is stored: the store's
   // write is off the workers' wait.
-  at_workers_ = std::max<int64_t>(0, at_workers_ - taken);
+  at_workers_ = std::max<int64_t>(0, at_workers_ - from_workers);
   KF_RETURN_IF_ERROR(DispatchReady(/*acks_too=*/false));
   return IngestReady(/*notify=*/true);
 }

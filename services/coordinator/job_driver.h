@@ -22,6 +22,7 @@
 // that re-measured exactly them. JobSpec.fresh turns both off. The device class is the runner's
 // (JobRunnerOptions::device_class) or, for a job open to any device, that of its latest result.
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -148,9 +149,10 @@ class JobDriver {
   absl::StatusOr<bool> End();
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
-  // How many stored candidates wait for a slot at most (none in order).
+  // How many stored candidates wait for a slot at most: none in order, and no more than the slots
+  // (so a job's max_in_flight bounds both).
   int64_t HeldReady() const {
-    return options_.in_order ? 0 : std::max(0, options_.ready_candidates);
+    return options_.in_order ? 0 : std::clamp<int64_t>(options_.ready_candidates, 0, slots_);
   }
   void ReleaseGate();
 

@@ -98,6 +98,11 @@ class TestQueue final : public ForwardingWorkQueue {
     if (!requests.empty()) Dispatched(job_id, requests);
     return inner_.EnqueueBatchAndAck(stream, requests, job_id, ack_tokens, ack_status);
   }
+  absl::Status EnqueueBatch(const std::string& stream,
+                            const std::vector<v1::EvaluationRequest>& requests) override {
+    if (!requests.empty()) Dispatched(requests.front().job_id(), requests);
+    return inner_.EnqueueBatch(stream, requests);
+  }
   // With a store: counts the dispatches made while a result handed to the job was not stored yet.
   void Watch(Store* store) { store_ = store; }
   int completed() const { return completed_.load(); }
@@ -1003,17 +1008,28 @@ TEST_F(JobRunnerTest, CandidatesHeldReadyFillAFreedSlotBeforeTheStepsWrite) {
   }
 }
 
-TEST_F(JobRunnerTest, CandidatesHeldReadySurviveAFaultyQueueAndOneThatLosesItsData) {
+TEST_F(JobRunnerTest, CandidatesHeldReadySurviveAFaultyQueueALossOfItsDataAndAResume) {
   // The faults of the tests above, as results arrive with candidates held ready: each candidate
-  // still ends with exactly one evaluation (a lost queue's ready candidates are dispatched again
-  // with the rest).
-  for (bool lose_data : {false, true}) {
-    SCOPED_TRACE(lose_data ? "loses its data" : "drops, doubles and reorders");
+  // still ends with exactly one evaluation, and what is sent again (after the queue lost its data,
+  // or by a resumed run, which cannot tell the ready candidates from the dispatched ones) never
+  // puts more than the slots at the workers.
+  for (const std::string fault : {"drops, doubles and reorders", "loses its data", "resumes"}) {
+    SCOPED_TRACE(fault);
     MemoryStore store;
+    const std::string id = Submit(store, Spec(5, 40));
     RunOptions o{.workers = 3, .slots = 3, .in_order = false, .ready = 3};
-    if (lose_data) {
+    if (fault == "loses its data") {
       o.faults = testing::QueueFaults{.seed = 3};
       o.lose_data_after = 12;
+    } else if (fault == "resumes") {
+      RunOptions first = o;
+      first.stop_after = 15;
+      RunReport interrupted = Run(store, id, first);
+      ASSERT_TRUE(interrupted.job.ok()) << interrupted.job.status();
+      ASSERT_EQ(interrupted.job->state(), v1::JOB_STATE_INTERRUPTED);
+      const auto [candidates, evaluations] = StoredCounts(store, id);
+      EXPECT_GT(candidates - evaluations, 3)
+          << "more candidates stored and unevaluated than the slots: the ready ones among them";
     } else {
       o.faults = testing::QueueFaults{.drop_complete = 0.15,
                                       .drop_delivery = 0.15,
@@ -1024,10 +1040,11 @@ TEST_F(JobRunnerTest, CandidatesHeldReadySurviveAFaultyQueueAndOneThatLosesItsDa
                                       .reorder = 2,
                                       .seed = 29};
     }
-    RunReport rep = Run(store, Submit(store, Spec(5, 40)), o);
+    RunReport rep = Run(store, id, o);
     KF_ASSERT_COMPLETED(rep);
     EXPECT_EQ(rep.job->progress().evaluations(), 40);
     ExpectConsistent(store, *rep.job);
+    EXPECT_LE(rep.max_in_flight, 3u);
   }
 }
 
@@ -1165,8 +1182,8 @@ TEST_F(JobRunnerTest,
 }
 
 TEST_F(JobRunnerTest, OnRedisCandidatesHeldReadyEndWithOneEvaluationEachAcrossRestarts) {
-  // The same restarts as results arrive with candidates held ready (the coordinator's way): the
-  // ready ones lost with Redis's data go out again with the rest.
+  // The same restarts as results arrive with candidates held ready (the coordinator's way): what
+  // Redis lost goes out again, and the ready ones (stored, never sent) go out as slots free.
   if (!testing::RedisServer::Available()) GTEST_SKIP() << testing::RedisServer::kAbsent;
   MemoryStore store;
   const std::string id = Submit(store, Spec(9, 40));
