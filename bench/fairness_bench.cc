@@ -162,7 +162,7 @@ coordinator::JobManagerOptions ManagerOptions(const Config& cfg) {
   return {.owner = "bench",
           .max_running = 1000,
           .slots = cfg.slots,
-          .ready = cfg.ready < 0 ? cfg.slots : cfg.ready,
+          .ready = cfg.ready,
           .lease_seconds = 30,
           .scan_seconds = 0.2,
           .threads = cfg.threads};

@@ -187,7 +187,7 @@ absl::StatusOr<RoundResult> RunRound(const Config& cfg, Store& store, WorkQueue&
     ro.slots = cfg.slots;
     ro.poll_seconds = 0.05;
     ro.in_order = cfg.in_order;
-    ro.ready_candidates = cfg.ready < 0 ? cfg.slots : cfg.ready;
+    ro.ready_candidates = cfg.ready;
     runners.push_back(std::make_unique<coordinator::JobRunner>(store, queue, *mutators.back(), clock, log, ro));
     v1::JobSpec spec;
     *spec.mutable_problem() = problem;
@@ -325,8 +325,8 @@ int main(int argc, char** argv) {
         cfg.rate > 0 ? absl::StrCat("fleet capped at ", cfg.rate, " results/s") : "fleet uncapped";
     std::printf(
         "%d jobs x %lld candidates, %d instant workers, %d slots + %d ready per job, screen %d, "
-        "%s, %s, "
-        "%d rounds (medians)\n",
+        "%s, "
+        "%s, %d rounds (medians)\n",
         cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots,
         cfg.in_order ? 0 : (cfg.ready < 0 ? cfg.slots : cfg.ready), cfg.screen,
         cfg.in_order ? "in order" : "as results arrive", pace.c_str(), cfg.rounds);

@@ -5,16 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <set>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/hash.h"
 #include "common/queue/redis_scripts.h"
 #include "common/status_macros.h"

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <pqxx/pqxx>
 #include <set>
 #include <thread>

@@ -870,8 +870,8 @@ void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r, bool final) {
                ingested_count_, r.message());
     return;
   }
-  confirmed_best_ =
-      std::move(applied->best);  // an earlier checkpoint's winner is no longer the word
+  // An earlier checkpoint's winner is no longer the word.
+  confirmed_best_ = std::move(applied->best);
   *job_.mutable_confirmation() = std::move(applied->confirmation);
   const v1::Confirmation& c = job_.confirmation();
   log_->info("job={} finalists re-measured best={} separated={} note=\"{}\"", job_id_, confirmed_best_,

@@ -150,9 +150,11 @@ class JobDriver {
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
   // How many stored candidates wait for a slot at most: none in order, and no more than the slots
-  // (so a job's max_in_flight bounds both).
+  // (so a job's max_in_flight bounds both); -1 asks for as many as the slots.
   int64_t HeldReady() const {
-    return options_.in_order ? 0 : std::clamp<int64_t>(options_.ready_candidates, 0, slots_);
+    if (options_.in_order) return 0;
+    return options_.ready_candidates < 0 ? slots_
+                                         : std::min<int64_t>(options_.ready_candidates, slots_);
   }
   void ReleaseGate();
 

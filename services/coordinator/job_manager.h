@@ -51,7 +51,7 @@ struct JobManagerOptions {
   std::string owner;          // this coordinator in job leases (unique per process)
   int max_running = 8;        // jobs run here at once
   int slots = 4;              // candidates in flight per job
-  int ready = 0;              // stored ahead per job: JobRunnerOptions::ready_candidates
+  int ready = 0;  // stored ahead per job: JobRunnerOptions::ready_candidates (-1: slots)
   double lease_seconds = 30;
   double scan_seconds = 2;
   std::string device_class;   // see JobRunnerOptions

@@ -30,7 +30,7 @@ struct JobRunnerOptions {
   // As results arrive (not in order): candidates proposed and stored ahead, beyond the slots, so
   // that a result's slot is filled at once from these, before the step's store write, which is
   // then off the workers' wait. Each counts at the tenant's gate like one in flight, and the
-  // search sees its results that much later. At most the job's slots. 0 = none.
+  // search sees its results that much later. At most the job's slots; -1 = as many; 0 = none.
   int ready_candidates = 0;
   double poll_seconds = 0.1;     // result wait slice (stop flag latency)
   // The job's lease in the store: one runner at a time writes a job, and one whose lease was

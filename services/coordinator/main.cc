@@ -130,20 +130,19 @@ int main(int argc, char** argv) {
   const std::string owner = opts.owner.empty() ? absl::StrCat(host, ":", getpid()) : opts.owner;
   coordinator::CoordinatorMetrics metrics(*registry);
   coordinator::TenantGate gate(metered_store, clock, registry.get());
-  coordinator::JobManager manager(
-      metered_store, *queue, mutators, clock, log,
-      {.owner = owner,
-       .max_running = static_cast<int>(opts.max_jobs_running),
-       .slots = static_cast<int>(opts.slots_per_job),
-       .ready = static_cast<int>(opts.ready_per_job < 0 ? opts.slots_per_job : opts.ready_per_job),
-       .lease_seconds = kLeaseSeconds,
-       .in_order = opts.in_order,
-       .finalists = static_cast<int>(opts.finalists),
-       .confirm_rounds = static_cast<int>(opts.confirm_rounds),
-       .confirm_every = static_cast<int>(opts.confirm_every),
-       .threads = static_cast<int>(opts.job_threads),
-       .metrics = &metrics,
-       .gate = &gate});
+  coordinator::JobManager manager(metered_store, *queue, mutators, clock, log,
+                                  {.owner = owner,
+                                   .max_running = static_cast<int>(opts.max_jobs_running),
+                                   .slots = static_cast<int>(opts.slots_per_job),
+                                   .ready = static_cast<int>(opts.ready_per_job),
+                                   .lease_seconds = kLeaseSeconds,
+                                   .in_order = opts.in_order,
+                                   .finalists = static_cast<int>(opts.finalists),
+                                   .confirm_rounds = static_cast<int>(opts.confirm_rounds),
+                                   .confirm_every = static_cast<int>(opts.confirm_every),
+                                   .threads = static_cast<int>(opts.job_threads),
+                                   .metrics = &metrics,
+                                   .gate = &gate});
   // Submitted problems are written next to a SQLite database, or in the temporary folder.
   const std::string problems_dir =
       !opts.problems_dir.empty() ? opts.problems_dir

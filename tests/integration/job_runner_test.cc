@@ -986,7 +986,7 @@ TEST_F(JobRunnerTest, CandidatesHeldReadyFillAFreedSlotBeforeTheStepsWrite) {
   // As results arrive, a job may hold stored candidates ready: a result's slot takes one at once,
   // before the step's store write. The workers never hold more than the slots, every result is
   // acknowledged, and every candidate ends with exactly one evaluation.
-  for (int ready : {0, 3}) {
+  for (int ready : {0, 3, -1}) {  // -1: as many as the slots
     SCOPED_TRACE(absl::StrCat("ready ", ready));
     MemoryStore store;
     RunReport rep = Run(store, Submit(store, Spec(23, 60)),
