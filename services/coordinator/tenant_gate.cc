@@ -21,8 +21,13 @@ TenantGate::TenantGate(Store& store, Clock& clock, prometheus::Registry* registr
 TenantGate::State& TenantGate::Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock) {
   const double now = clock_.MonotonicSeconds();
   State& s = tenants_[tenant];  // std::map: the reference survives other insertions
-  if (s.read_at >= 0 && now - s.read_at < options_.refresh_seconds) return s;
-  s.read_at = now;  // one reader at a time; the others use the quota they have
+  if (s.read_at >= 0 && now - s.read_at < options_.refresh_seconds) {
+    // One reader at a time; the others use the quota they have, or wait for the first one (before
+    // it, none is known, and passing would let a tenant's first dispatches past its quota).
+    read_.wait(lock, [&s] { return s.known; });
+    return s;
+  }
+  s.read_at = now;
   lock.unlock();
   absl::StatusOr<v1::Tenant> t = store_.GetTenant(tenant);
   lock.lock();
@@ -31,6 +36,8 @@ TenantGate::State& TenantGate::Fresh(const std::string& tenant, std::unique_lock
   } else if (absl::IsNotFound(t.status())) {
     s.quota.Clear();
   }  // else: the store is away; keep the quota we had
+  s.known = true;
+  read_.notify_all();
   return s;
 }
 

@@ -11,6 +11,7 @@
 // Counted per coordinator: with several coordinators each applies the quota to the jobs it runs,
 // and a restarted coordinator starts a fresh hour.
 
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -46,6 +47,7 @@ class TenantGate final : public DispatchGate {
     std::deque<double> dispatches;  // monotonic times, the last hour's (kept only under a quota)
     v1::TenantQuota quota;
     double read_at = -1;            // when the quota was read; < 0: never
+    bool known = false;             // the first read has come back (until then, no quota is known)
   };
   // The tenant's state with a fresh enough quota. Reads the store without holding mu_.
   State& Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock);
@@ -57,6 +59,7 @@ class TenantGate final : public DispatchGate {
   prometheus::Counter* refused_in_flight_ = nullptr;
   prometheus::Counter* refused_hourly_ = nullptr;
   std::mutex mu_;
+  std::condition_variable read_;  // a tenant's first quota read came back
   std::map<std::string, State> tenants_;
 };
 

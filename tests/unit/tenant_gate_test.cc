@@ -2,12 +2,18 @@
 
 #include "services/coordinator/tenant_gate.h"
 
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
 #include "common/clock.h"
 #include "common/store/memory_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "tests/testutil/forwarding_store.h"
 
 namespace kforge::coordinator {
 namespace {
@@ -40,6 +46,35 @@ TEST_F(TenantGateTest, InFlightQuotaCountsEveryJobOfTheTenant) {
   EXPECT_FALSE(gate.TryAcquire("small"));
   gate.Release("small", 10);  // more than is out: none left, never below
   EXPECT_EQ(gate.InFlight("small"), 0);
+}
+
+// A store whose tenant reads wait until let go.
+class SlowTenantStore final : public testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  absl::StatusOr<v1::Tenant> GetTenant(const std::string& name) override {
+    reading.store(true);
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return ForwardingStore::GetTenant(name);
+  }
+  std::atomic<bool> reading{false}, go{false};
+};
+
+TEST_F(TenantGateTest, DispatchesDuringTheFirstQuotaReadWaitForIt) {
+  // Two jobs of a new tenant ask at once: the second must not pass while the first reads the
+  // tenant's quota (none is known yet).
+  MakeTenant("small", 1, 0);
+  SlowTenantStore slow(store_);
+  TenantGate gate(slow, clock_, &registry_);
+  auto first = std::async(std::launch::async, [&] { return gate.TryAcquire("small"); });
+  while (!slow.reading.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto second = std::async(std::launch::async, [&] { return gate.TryAcquire("small"); });
+  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "the second asked before the quota was known and was answered";
+  slow.go.store(true);
+  const bool a = first.get(), b = second.get();
+  EXPECT_NE(a, b) << "a quota of one admits exactly one of them";
+  EXPECT_EQ(gate.InFlight("small"), 1);
 }
 
 TEST_F(TenantGateTest, HourlyQuotaSlidesWithTheClock) {
