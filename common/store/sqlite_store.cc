@@ -10,124 +10,15 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/store/record.h"
+#include "common/store/sqlite_schema.h"
+#include "common/store/sqlite_statement.h"
 
 namespace kforge {
 
+using sqlite::CollectRows;
+using sqlite::Stmt;
+
 namespace {
-
-// Each entry moves the schema from version i to i + 1. Never edit a shipped entry: append.
-const char* const kMigrations[] = {
-    R"(CREATE TABLE jobs (
-         id TEXT PRIMARY KEY,
-         tenant TEXT NOT NULL,
-         problem_hash TEXT NOT NULL,
-         state INTEGER NOT NULL,
-         created_order INTEGER NOT NULL,
-         body BLOB NOT NULL);
-       CREATE INDEX jobs_problem ON jobs(problem_hash);
-       CREATE TABLE candidates (
-         job_id TEXT NOT NULL REFERENCES jobs(id),
-         id TEXT NOT NULL,
-         content_hash TEXT NOT NULL,
-         sequence INTEGER NOT NULL,
-         body BLOB NOT NULL,
-         PRIMARY KEY (job_id, id),
-         UNIQUE (job_id, content_hash));
-       CREATE TABLE evaluations (
-         job_id TEXT NOT NULL,
-         candidate_id TEXT NOT NULL,
-         outcome INTEGER NOT NULL,
-         speedup REAL NOT NULL,
-         body BLOB NOT NULL,
-         PRIMARY KEY (job_id, candidate_id),
-         FOREIGN KEY (job_id, candidate_id) REFERENCES candidates(job_id, id));
-       CREATE TABLE events (
-         job_id TEXT NOT NULL REFERENCES jobs(id),
-         sequence INTEGER NOT NULL,
-         body BLOB NOT NULL,
-         PRIMARY KEY (job_id, sequence));)",
-    // Job versions, leases and submit idempotency; model calls; tenants and API keys.
-    R"(ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
-       ALTER TABLE jobs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
-       ALTER TABLE jobs ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
-       ALTER TABLE jobs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
-       ALTER TABLE jobs ADD COLUMN lease_expires REAL NOT NULL DEFAULT 0;
-       CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key) WHERE idempotency_key <> '';
-       CREATE TABLE model_calls (
-         job_id TEXT NOT NULL REFERENCES jobs(id),
-         sequence INTEGER NOT NULL,
-         body BLOB NOT NULL,
-         PRIMARY KEY (job_id, sequence));
-       CREATE TABLE tenants (
-         name TEXT PRIMARY KEY,
-         body BLOB NOT NULL);
-       CREATE TABLE api_keys (
-         id TEXT PRIMARY KEY,
-         tenant TEXT NOT NULL REFERENCES tenants(name),
-         secret_sha256 TEXT NOT NULL UNIQUE,
-         revoked INTEGER NOT NULL DEFAULT 0,
-         body BLOB NOT NULL);
-       CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
-    // Earlier evaluations of a candidate, found by its content hash (result reuse across jobs).
-    R"(CREATE INDEX candidates_content ON candidates(content_hash);)",
-};
-
-// A prepared statement that finalises itself.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& Text(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Blob(int i, const std::string& v) {
-    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Int(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& Real(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  int Step() { return sqlite3_step(s_); }
-  std::string ColumnBlob(int i) const {
-    const void* p = sqlite3_column_blob(s_, i);
-    return std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i)));
-  }
-  int64_t ColumnInt(int i) const { return sqlite3_column_int64(s_, i); }
-  double ColumnReal(int i) const { return sqlite3_column_double(s_, i); }
-  std::string ColumnText(int i) const {
-    const unsigned char* p = sqlite3_column_text(s_, i);
-    return p == nullptr ? ""
-                        : std::string(reinterpret_cast<const char*>(p),
-                                      static_cast<size_t>(sqlite3_column_bytes(s_, i)));
-  }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
-};
-
-// Steps a query whose first column is a serialised Msg and parses every row.
-template <typename Msg>
-absl::StatusOr<std::vector<Msg>> CollectRows(Stmt& s, const char* what, sqlite3* db, const std::string& path) {
-  std::vector<Msg> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    auto m = ParseRecord<Msg>(s.ColumnBlob(0), what);
-    if (!m.ok()) return m.status();
-    out.push_back(*std::move(m));
-  }
-  if (rc != SQLITE_DONE) {
-    return absl::InternalError(absl::StrCat(path, ": reading ", what, " rows: ", sqlite3_errmsg(db)));
-  }
-  return out;
-}
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -142,7 +33,7 @@ absl::StatusOr<v1::Job> JobFromRow(Stmt& s) {
 
 }  // namespace
 
-int SqliteStore::LatestSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
+int SqliteStore::LatestSchemaVersion() { return static_cast<int>(sqlite::Migrations().size()); }
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
   // SQLite takes "" for a private temporary database, deleted on close: nothing would be kept.
@@ -242,7 +133,8 @@ absl::Status SqliteStore::Migrate() {
   }
   while (version_ < LatestSchemaVersion()) {
     const std::string sql =
-        absl::StrCat(kMigrations[version_], "; UPDATE schema_version SET version = ", version_ + 1, ";");
+        absl::StrCat(sqlite::Migrations()[version_],
+                     "; UPDATE schema_version SET version = ", version_ + 1, ";");
     if (absl::Status st = Exec(sql); !st.ok()) {
       return fail(absl::InternalError(
           absl::StrCat("migration to schema version ", version_ + 1, " failed: ", st.message())));

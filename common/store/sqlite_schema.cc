@@ -1,0 +1,72 @@
+#include "common/store/sqlite_schema.h"
+
+#include <iterator>
+
+namespace kforge::sqlite {
+
+namespace {
+
+// Each entry moves the schema from version i to i + 1. Never edit a shipped entry: append.
+const char* const kMigrations[] = {
+    R"(CREATE TABLE jobs (
+         id TEXT PRIMARY KEY,
+         tenant TEXT NOT NULL,
+         problem_hash TEXT NOT NULL,
+         state INTEGER NOT NULL,
+         created_order INTEGER NOT NULL,
+         body BLOB NOT NULL);
+       CREATE INDEX jobs_problem ON jobs(problem_hash);
+       CREATE TABLE candidates (
+         job_id TEXT NOT NULL REFERENCES jobs(id),
+         id TEXT NOT NULL,
+         content_hash TEXT NOT NULL,
+         sequence INTEGER NOT NULL,
+         body BLOB NOT NULL,
+         PRIMARY KEY (job_id, id),
+         UNIQUE (job_id, content_hash));
+       CREATE TABLE evaluations (
+         job_id TEXT NOT NULL,
+         candidate_id TEXT NOT NULL,
+         outcome INTEGER NOT NULL,
+         speedup REAL NOT NULL,
+         body BLOB NOT NULL,
+         PRIMARY KEY (job_id, candidate_id),
+         FOREIGN KEY (job_id, candidate_id) REFERENCES candidates(job_id, id));
+       CREATE TABLE events (
+         job_id TEXT NOT NULL REFERENCES jobs(id),
+         sequence INTEGER NOT NULL,
+         body BLOB NOT NULL,
+         PRIMARY KEY (job_id, sequence));)",
+    // Job versions, leases and submit idempotency; model calls; tenants and API keys.
+    R"(ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+       ALTER TABLE jobs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
+       ALTER TABLE jobs ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
+       ALTER TABLE jobs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE jobs ADD COLUMN lease_expires REAL NOT NULL DEFAULT 0;
+       CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key) WHERE idempotency_key <> '';
+       CREATE TABLE model_calls (
+         job_id TEXT NOT NULL REFERENCES jobs(id),
+         sequence INTEGER NOT NULL,
+         body BLOB NOT NULL,
+         PRIMARY KEY (job_id, sequence));
+       CREATE TABLE tenants (
+         name TEXT PRIMARY KEY,
+         body BLOB NOT NULL);
+       CREATE TABLE api_keys (
+         id TEXT PRIMARY KEY,
+         tenant TEXT NOT NULL REFERENCES tenants(name),
+         secret_sha256 TEXT NOT NULL UNIQUE,
+         revoked INTEGER NOT NULL DEFAULT 0,
+         body BLOB NOT NULL);
+       CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
+    // Earlier evaluations of a candidate, found by its content hash (result reuse across jobs).
+    R"(CREATE INDEX candidates_content ON candidates(content_hash);)",
+};
+
+}  // namespace
+
+absl::Span<const char* const> Migrations() {
+  return absl::MakeConstSpan(kMigrations, std::size(kMigrations));
+}
+
+}  // namespace kforge::sqlite
