@@ -15,30 +15,30 @@ TenantGate::TenantGate(Store& store, Clock& clock, prometheus::Registry* registr
                        .Register(*registry);
     refused_in_flight_ = &family.Add({{"quota", "max_in_flight"}});
     refused_hourly_ = &family.Add({{"quota", "max_evaluations_per_hour"}});
+    refused_unread_ = &family.Add({{"quota", "unread"}});  // the tenant's quota not read yet
   }
 }
 
-TenantGate::State& TenantGate::Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock) {
+TenantGate::State* TenantGate::Fresh(const std::string& tenant,
+                                     std::unique_lock<std::mutex>& lock) {
   const double now = clock_.MonotonicSeconds();
   State& s = tenants_[tenant];  // std::map: the reference survives other insertions
-  if (s.read_at >= 0 && now - s.read_at < options_.refresh_seconds) {
-    // One reader at a time; the others use the quota they have, or wait for the first one (before
-    // it, none is known, and passing would let a tenant's first dispatches past its quota).
-    read_.wait(lock, [&s] { return s.known; });
-    return s;
-  }
+  // One reader at a time (read_at is set while it reads); the others use the quota known so far.
+  if (s.read_at >= 0 && now - s.read_at < options_.refresh_seconds) return s.known ? &s : nullptr;
   s.read_at = now;
   lock.unlock();
   absl::StatusOr<v1::Tenant> t = store_.GetTenant(tenant);
   lock.lock();
   if (t.ok()) {
     s.quota = t->quota();
+    s.known = true;
   } else if (absl::IsNotFound(t.status())) {
     s.quota.Clear();
-  }  // else: the store is away; keep the quota we had
-  s.known = true;
-  read_.notify_all();
-  return s;
+    s.known = true;
+  } else if (!s.known) {
+    s.read_at = -1;  // the store is away: the next dispatch asks again
+  }                  // else: keep the quota we had
+  return s.known ? &s : nullptr;
 }
 
 void TenantGate::Trim(State& s, double now) {
@@ -47,7 +47,12 @@ void TenantGate::Trim(State& s, double now) {
 
 bool TenantGate::TryAcquire(const std::string& tenant) {
   std::unique_lock<std::mutex> lock(mu_);
-  State& s = Fresh(tenant, lock);
+  State* fresh = Fresh(tenant, lock);
+  if (fresh == nullptr) {
+    if (refused_unread_ != nullptr) refused_unread_->Increment();
+    return false;
+  }
+  State& s = *fresh;
   const double now = clock_.MonotonicSeconds();
   if (s.quota.max_in_flight() > 0 && s.in_flight >= s.quota.max_in_flight()) {
     if (refused_in_flight_ != nullptr) refused_in_flight_->Increment();

@@ -6,12 +6,14 @@
 // wall-time budget keeps running); it resumes as the tenant's results come back or the hour
 // slides. Quotas are read from the store's tenant records and re-read every `refresh_seconds`, so
 // a changed quota applies without a restart. A tenant without a record (the embedded run's) has
-// no limits.
+// no limits. Until a tenant's quota has been read once (the read is under way on another thread,
+// or it failed), its dispatches are refused rather than waited for or let through: the event
+// loop's threads never block on the store, and a tenant's first dispatches cannot pass its quota.
+// The job tries again at its next step. A later read that fails keeps the quota already known.
 //
 // Counted per coordinator: with several coordinators each applies the quota to the jobs it runs,
 // and a restarted coordinator starts a fresh hour.
 
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -46,11 +48,12 @@ class TenantGate final : public DispatchGate {
     int64_t in_flight = 0;
     std::deque<double> dispatches;  // monotonic times, the last hour's (kept only under a quota)
     v1::TenantQuota quota;
-    double read_at = -1;            // when the quota was read; < 0: never
-    bool known = false;             // the first read has come back (until then, no quota is known)
+    double read_at = -1;  // when the last read began; < 0: none since the last failed one
+    bool known = false;   // a read has come back with the quota (or with no record)
   };
-  // The tenant's state with a fresh enough quota. Reads the store without holding mu_.
-  State& Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock);
+  // The tenant's state with a fresh enough quota, or null while none is known. Reads the store
+  // without holding mu_.
+  State* Fresh(const std::string& tenant, std::unique_lock<std::mutex>& lock);
   void Trim(State& s, double now);
 
   Store& store_;
@@ -58,8 +61,8 @@ class TenantGate final : public DispatchGate {
   const TenantGateOptions options_;
   prometheus::Counter* refused_in_flight_ = nullptr;
   prometheus::Counter* refused_hourly_ = nullptr;
+  prometheus::Counter* refused_unread_ = nullptr;
   std::mutex mu_;
-  std::condition_variable read_;  // a tenant's first quota read came back
   std::map<std::string, State> tenants_;
 };
 

@@ -60,21 +60,69 @@ class SlowTenantStore final : public testing::ForwardingStore {
   std::atomic<bool> reading{false}, go{false};
 };
 
-TEST_F(TenantGateTest, DispatchesDuringTheFirstQuotaReadWaitForIt) {
-  // Two jobs of a new tenant ask at once: the second must not pass while the first reads the
-  // tenant's quota (none is known yet).
+TEST_F(TenantGateTest, DispatchesDuringTheFirstQuotaReadAreRefusedWithoutWaiting) {
+  // Two jobs of a new tenant ask at once: the second must neither pass while the first reads the
+  // tenant's quota (none is known yet) nor block its thread (an event-loop thread other tenants'
+  // jobs need) until the read is back.
   MakeTenant("small", 1, 0);
   SlowTenantStore slow(store_);
   TenantGate gate(slow, clock_, &registry_);
   auto first = std::async(std::launch::async, [&] { return gate.TryAcquire("small"); });
   while (!slow.reading.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto second = std::async(std::launch::async, [&] { return gate.TryAcquire("small"); });
-  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
-      << "the second asked before the quota was known and was answered";
+  const bool answered_at_once =
+      second.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
   slow.go.store(true);
-  const bool a = first.get(), b = second.get();
-  EXPECT_NE(a, b) << "a quota of one admits exactly one of them";
+  EXPECT_TRUE(answered_at_once) << "the second waited for the first one's read";
+  EXPECT_FALSE(second.get()) << "the second passed before the quota was known";
+  EXPECT_TRUE(first.get());
   EXPECT_EQ(gate.InFlight("small"), 1);
+  EXPECT_FALSE(gate.TryAcquire("small"));  // now the quota of one is known
+  const std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
+  EXPECT_THAT(
+      text, ::testing::HasSubstr("kforge_coordinator_dispatch_refused_total{quota=\"unread\"} 1"));
+}
+
+// A store whose tenant reads fail while `away`.
+class AwayTenantStore final : public testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  absl::StatusOr<v1::Tenant> GetTenant(const std::string& name) override {
+    ++reads;
+    if (away) return absl::UnavailableError("the store is restarting");
+    return ForwardingStore::GetTenant(name);
+  }
+  bool away = false;
+  int reads = 0;
+};
+
+TEST_F(TenantGateTest, AFailedFirstReadRefusesUntilAReadSucceeds) {
+  MakeTenant("small", 1, 0);
+  AwayTenantStore away(store_);
+  away.away = true;
+  TenantGate gate(away, clock_, &registry_, {.refresh_seconds = 10});
+  // No quota known: refused (not let through with no limit), and each try reads again.
+  EXPECT_FALSE(gate.TryAcquire("small"));
+  EXPECT_FALSE(gate.TryAcquire("small"));
+  EXPECT_EQ(away.reads, 2);
+  EXPECT_EQ(gate.InFlight("small"), 0);
+  away.away = false;
+  EXPECT_TRUE(gate.TryAcquire("small"));
+  EXPECT_FALSE(gate.TryAcquire("small"));  // the quota of one, read
+  EXPECT_EQ(away.reads, 3);
+}
+
+TEST_F(TenantGateTest, AFailedLaterReadKeepsTheQuotaKnown) {
+  MakeTenant("small", 1, 0);
+  AwayTenantStore away(store_);
+  TenantGate gate(away, clock_, &registry_, {.refresh_seconds = 10});
+  EXPECT_TRUE(gate.TryAcquire("small"));
+  away.away = true;
+  clock_.Advance(11);
+  EXPECT_FALSE(gate.TryAcquire("small"));  // the quota of one still holds
+  gate.Release("small", 1);
+  EXPECT_TRUE(gate.TryAcquire("small"));  // and admits, without asking the store again yet
+  EXPECT_EQ(away.reads, 2);
 }
 
 TEST_F(TenantGateTest, HourlyQuotaSlidesWithTheClock) {
