@@ -238,28 +238,40 @@ TEST_F(JobManagerTest, SixtyJobsRunAtOnceOnTwoEventLoopThreads) {
 }
 
 TEST_F(JobManagerTest, ATenantsInFlightQuotaHoldsAcrossItsJobs) {
-  MakeTenant("small", /*max_in_flight=*/2, 0);
-  MakeTenant("big", 0, 0);
   watch_.SetEvaluationSeconds(0.005);  // results take a while: work piles up where no quota holds it
   StartWorkers(4);
-  TenantGate gate(store_, clock_, nullptr);
-  JobManager m(store_, watch_, ReplayMutator, clock_, log_,
-               {.owner = "c1", .max_running = 20, .slots = 3, .lease_seconds = 5, .scan_seconds = 0.1, .gate = &gate});
-  m.Start();
-  std::vector<std::string> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(Submit(m, "small", 12, 10 + i));
-  for (int i = 0; i < 2; ++i) ids.push_back(Submit(m, "big", 12, 20 + i));
-  std::vector<v1::Job> jobs = WaitForAll(ids, 120);
-  m.Stop();
-  ASSERT_EQ(jobs.size(), ids.size());
-  for (const auto& j : jobs) {
-    EXPECT_EQ(j.state(), v1::JOB_STATE_COMPLETED) << j.id() << " " << j.state_reason();
-    ExpectOneEvaluationPerCandidate(j.id());
+  // Without candidates held ready, and with as many as the slots (the coordinator's default):
+  // those count at the tenant's quota too.
+  for (const int ready : {0, -1}) {
+    SCOPED_TRACE(absl::StrCat("ready ", ready));
+    const std::string small = absl::StrCat("small", ready), big = absl::StrCat("big", ready);
+    MakeTenant(small, /*max_in_flight=*/2, 0);
+    MakeTenant(big, 0, 0);
+    TenantGate gate(store_, clock_, nullptr);
+    JobManager m(store_, watch_, ReplayMutator, clock_, log_,
+                 {.owner = "c1",
+                  .max_running = 20,
+                  .slots = 3,
+                  .ready = ready,
+                  .lease_seconds = 5,
+                  .scan_seconds = 0.1,
+                  .gate = &gate});
+    m.Start();
+    std::vector<std::string> ids;
+    for (int i = 0; i < 4; ++i) ids.push_back(Submit(m, small, 12, 10 + i));
+    for (int i = 0; i < 2; ++i) ids.push_back(Submit(m, big, 12, 20 + i));
+    std::vector<v1::Job> jobs = WaitForAll(ids, 120);
+    m.Stop();
+    ASSERT_EQ(jobs.size(), ids.size());
+    for (const auto& j : jobs) {
+      EXPECT_EQ(j.state(), v1::JOB_STATE_COMPLETED) << j.id() << " " << j.state_reason();
+      ExpectOneEvaluationPerCandidate(j.id());
+    }
+    EXPECT_LE(watch_.MaxInFlight(small), 2);
+    EXPECT_GT(watch_.MaxInFlight(big), 2);  // the quota is the tenant's, not everyone's
+    EXPECT_EQ(gate.InFlight(small), 0);     // every slot came back
+    EXPECT_EQ(gate.InFlight(big), 0);
   }
-  EXPECT_LE(watch_.MaxInFlight("small"), 2);
-  EXPECT_GT(watch_.MaxInFlight("big"), 2);  // the quota is the tenant's, not everyone's
-  EXPECT_EQ(gate.InFlight("small"), 0);     // every slot came back
-  EXPECT_EQ(gate.InFlight("big"), 0);
 }
 
 TEST_F(JobManagerTest, AnHourlyQuotaHoldsAJobAtItsLimitAndAStopInterruptsIt) {
