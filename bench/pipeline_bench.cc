@@ -2,13 +2,15 @@
 // the problem's distinct valid configurations evaluated one after another, as `kforge run` would,
 // with the job's default benchmark settings.
 //
-//   kforge-bench-pipeline [--problem DIR] [--candidates N] [--compare sampling|outputs]
+//   kforge-bench-pipeline [--problem DIR] [--candidates N] [--compare sampling|racing|outputs]
 //                         [--first-sandbox PATH]
 //
 // Two arms, interleaved candidate by candidate. `--compare sampling` (the default): "fixed"
 // samples every candidate for min_bench_seconds (the stage before adaptive sampling), "adaptive"
 // stops once the median is known to +-2% and races candidates against the best so far (the
-// defaults). `--compare outputs`: both adaptive, one with every returned buffer inside the
+// defaults). `--compare racing`: both adaptive, racing as it was (a candidate whose fastest of 3
+// samples is twice the best's time) against the default (every one of 5 samples slower than the
+// best's time). `--compare outputs`: both adaptive, one with every returned buffer inside the
 // sandbox's response frame, the other with large ones in the sandbox's output arena and poison
 // filled on the device (the default; see services/gpu-worker/shared_output.h). `--first-sandbox`
 // runs the first arm on another build of kforge-sandbox (an older one speaks the same protocol).
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
                  "kforge-sandbox binary of the first arm: another build of it to compare against");
   std::string compare = "sampling";
   app.add_option("--compare", compare, "what the two arms differ in")
-      ->check(CLI::IsMember({"sampling", "outputs"}));
+      ->check(CLI::IsMember({"sampling", "racing", "outputs"}));
   CLI11_PARSE(app, argc, argv);
 
   auto example = bench::LoadExample(problem_dir);
@@ -84,6 +86,11 @@ int main(int argc, char** argv) {
     arms[0].opts.bench_rel_error = 0;
     arms[0].opts.race_factor = 0;
     arms[1].name = "adaptive + racing (default)";
+  } else if (compare == "racing") {
+    arms[0].name = "racing at twice the best after 3 samples";
+    arms[0].opts.race_factor = 2;
+    arms[0].opts.race_samples = 3;
+    arms[1].name = "racing once 5 samples are slower than the best (default)";
   } else {
     arms[0].name = "outputs in the response frame";
     arms[0].opts.share_outputs_min_bytes = 0;

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   eval_opts.sandbox.runtime_cache_dir = opts.compile_cache_dir;
   eval_opts.bench_rel_error = opts.bench_rel_error;
   eval_opts.race_factor = opts.race_factor;
+  eval_opts.race_samples = static_cast<int>(opts.race_samples);
   for (absl::string_view p : absl::StrSplit(opts.read_paths, ',', absl::SkipEmpty())) {
     eval_opts.sandbox.read_paths.emplace_back(p);
   }

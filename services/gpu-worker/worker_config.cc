@@ -67,9 +67,20 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
              "always sample the full device time",
              [&opts] { return opts.bench_rel_error >= 0 && opts.bench_rel_error < 1 ? std::string() : std::string("must be 0 to 1"); });
   schema.Add("benchmark.race_factor", &opts.race_factor,
-             "a candidate whose fastest of 3 samples is this many times the job's best time stops sampling; 0 = off",
+             "a candidate whose fastest of benchmark.race_samples samples is this many times the "
+             "job's best time "
+             "stops sampling (1: every sample slower than the best); 0 = off",
              [&opts] {
                return opts.race_factor == 0 || opts.race_factor >= 1 ? std::string() : std::string("must be 0 or >= 1");
+             });
+  schema.Add("benchmark.race_samples", &opts.race_samples,
+             "samples a candidate takes before racing may stop it (5: a candidate faster than the "
+             "best is stopped "
+             "with probability under 1/32)",
+             [&opts] {
+               return opts.race_samples >= 1 && opts.race_samples <= 1000
+                          ? std::string()
+                          : std::string("must be 1 to 1000");
              });
   schema.Add("compile_cache.dir", &opts.compile_cache_dir,
              "folder for the device runtimes' compiled-kernel caches (PoCL, the CUDA driver's JIT), kept "

@@ -154,9 +154,10 @@ TEST_F(BenchmarkStageTest, AdaptiveSamplingStopsOnceTheMedianIsKnown) {
 
 TEST_F(BenchmarkStageTest, ACandidateClearlySlowerThanTheBestStopsEarly) {
   opts_.bench_rel_error = 0;  // only racing can stop it before min_bench_seconds
+  opts_.min_samples = 10;     // more than race_samples
   auto ev = MakeEvaluator();
   if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
-  // The job's best claims 1000x: this honest kernel (about 1x) is far slower after 3 samples.
+  // The job's best claims 1000x: this honest kernel (about 1x) is far slower after race_samples.
   v1::EvaluationResult raced = ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/1000));
   ASSERT_EQ(raced.outcome(), v1::OUTCOME_OK) << raced.message();
   for (const auto& t : raced.timings()) {
@@ -170,6 +171,41 @@ TEST_F(BenchmarkStageTest, ACandidateClearlySlowerThanTheBestStopsEarly) {
   v1::EvaluationResult full = ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/0.001));
   ASSERT_EQ(full.outcome(), v1::OUTCOME_OK) << full.message();
   for (const auto& t : full.timings()) EXPECT_FALSE(t.raced()) << t.size_set();
+}
+
+TEST_F(BenchmarkStageTest, ACandidateOnlyALittleSlowerThanTheBestStopsAfterRaceSamples) {
+  // Not twice as slow: a third slower. Every one of race_samples samples is slower than the best's
+  // time, which is enough (a candidate faster than the best shows that with probability < 1/32).
+  // One size set timed, so that the job's best speedup is that set's.
+  problem_.mutable_size_sets(0)->set_bench(false);
+  opts_.bench_rel_error = 0;  // only racing can stop it before min_bench_seconds
+  opts_.min_samples = 10;
+  const EvaluatorOptions defaults;
+  opts_.race_factor = defaults.race_factor;
+  opts_.race_samples = defaults.race_samples;
+  ASSERT_EQ(opts_.race_factor, 1);
+  ASSERT_LT(opts_.race_samples, opts_.min_samples);
+  auto ev = MakeEvaluator();
+  if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+  v1::EvaluationResult own = ev->Evaluate(Request(Cand("slow", 64, 40)));
+  ASSERT_EQ(own.outcome(), v1::OUTCOME_OK) << own.message();
+  ASSERT_EQ(own.timings_size(), 1);
+  ASSERT_GT(own.speedup(), 0);
+  v1::EvaluationResult raced =
+      ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/own.speedup() * 1.5));
+  ASSERT_EQ(raced.outcome(), v1::OUTCOME_OK) << raced.message();
+  for (const auto& t : raced.timings()) {
+    EXPECT_TRUE(t.raced()) << t.size_set();
+    EXPECT_LE(t.candidate().samples(), opts_.race_samples) << t.size_set();
+  }
+  // Twice as fast as that best: timed in full.
+  v1::EvaluationResult full =
+      ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/own.speedup() * 0.5));
+  ASSERT_EQ(full.outcome(), v1::OUTCOME_OK) << full.message();
+  for (const auto& t : full.timings()) {
+    EXPECT_FALSE(t.raced()) << t.size_set();
+    EXPECT_GE(t.candidate().samples(), opts_.min_samples) << t.size_set();
+  }
 }
 
 TEST_F(BenchmarkStageTest, FinalistsAreRemeasuredSideBySideAndACheatLeavesTheRanking) {
