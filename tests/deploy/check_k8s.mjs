@@ -7,7 +7,7 @@
 //   - validates every object of a built-in kind against its schema (kubernetes-models' validate())
 //     and refuses fields the schema does not have (what `kubectl --validate=strict` would);
 //   - checks the KEDA ScaledObjects, which no Kubernetes schema covers: required fields, string
-//     trigger metadata, the stream names and consumer group of common/queue/redis_queue.cc, the
+//     trigger metadata, the stream names and consumer group of common/queue/redis_streams.h, the
 //     Redis address against the rendered Service, the target Deployment and its backends;
 //   - checks that the objects fit together: namespace and labels, Services, PDBs, NetworkPolicies
 //     and HPAs select existing pods, referenced ConfigMaps / Secrets / PVCs exist (or are the
@@ -57,14 +57,14 @@ const readYaml = (file) => YAML.parse(fs.readFileSync(file, "utf8"), { merge: tr
 // Redis stream names and the workers' consumer group, as the queue spells them.
 function queueFacts() {
   const h = fs.readFileSync(path.join(ROOT, "common/queue/redis_queue.h"), "utf8");
-  const cc = fs.readFileSync(path.join(ROOT, "common/queue/redis_queue.cc"), "utf8");
+  const streams = fs.readFileSync(path.join(ROOT, "common/queue/redis_streams.h"), "utf8");
   const dtype = fs.readFileSync(path.join(ROOT, "common/dtype.cc"), "utf8");
   const prefix = h.match(/std::string key_prefix = "([^"]+)";/)?.[1];
   const work = h.match(/WorkKey\(const std::string& stream\) const \{ return options_\.key_prefix \+ "([^"]+)" \+ stream;/)?.[1];
-  const group = cc.match(/constexpr char kWorkers\[\] = "([^"]+)";/)?.[1];
+  const group = streams.match(/constexpr char kWorkers\[\] = "([^"]+)";/)?.[1];
   const backends = [...dtype.matchAll(/case v1::BACKEND_[A-Z]+: return "([a-z]+)";/g)].map((m) => m[1]);
   if (!prefix || !work || !group || backends.length === 0) {
-    throw new Error("cannot read the stream names or the consumer group from common/queue/redis_queue.{h,cc} / common/dtype.cc");
+    throw new Error("cannot read the stream names or the consumer group from common/queue/redis_queue.h, redis_streams.h / common/dtype.cc");
   }
   return { streamPrefix: prefix + work, group, backends };
 }
