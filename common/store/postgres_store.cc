@@ -1,15 +1,14 @@
 #include "common/store/postgres_store.h"
 
 #include <algorithm>
-#include <chrono>
 #include <pqxx/pqxx>
 #include <set>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/store/postgres_connection.h"
 #include "common/store/postgres_schema.h"
 #include "common/store/postgres_statements.h"
 #include "common/store/record.h"
@@ -48,11 +47,6 @@ bool IsPostgresUrl(const std::string& db) {
   return absl::StartsWith(db, "postgresql://") || absl::StartsWith(db, "postgres://");
 }
 
-struct PostgresStore::Conn {
-  explicit Conn(const std::string& url) : c(url) {}
-  pqxx::connection c;
-};
-
 int PostgresStore::LatestSchemaVersion() { return static_cast<int>(postgres::Migrations().size()); }
 
 PostgresStore::PostgresStore(std::string url, PostgresOptions options)
@@ -68,104 +62,6 @@ absl::StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(const std::st
   std::unique_ptr<PostgresStore> s(new PostgresStore(url, options));
   if (absl::Status st = s->Migrate(); !st.ok()) return st;
   return s;
-}
-
-std::unique_ptr<PostgresStore::Conn> PostgresStore::Take(absl::Status* error) {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !idle_.empty() || open_ < options_.pool_size; });
-    if (!idle_.empty()) {
-      auto c = std::move(idle_.back());
-      idle_.pop_back();
-      return c;
-    }
-    ++open_;
-  }
-  try {
-    return std::make_unique<Conn>(url_);
-  } catch (const std::exception& e) {
-    *error = absl::UnavailableError(absl::StrCat(display_, ": cannot connect: ", e.what()));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  --open_;
-  cv_.notify_one();
-  return nullptr;
-}
-
-void PostgresStore::Give(std::unique_ptr<Conn> c) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (c != nullptr && c->c.is_open()) {
-    idle_.push_back(std::move(c));
-  } else {
-    --open_;
-  }
-  cv_.notify_one();
-}
-
-template <typename T, typename Fn>
-absl::StatusOr<T> PostgresStore::WithTransaction(const char* what, Fn fn, double window_seconds,
-                                                 bool single_statement) {
-  const double window = window_seconds >= 0 ? window_seconds : options_.reconnect_seconds;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(window);
-  double backoff = 0.05;
-  absl::Status last;
-  for (int attempt = 1;; ++attempt) {
-    if (attempt > 1) {
-      if (std::chrono::steady_clock::now() >= until) {
-        return absl::UnavailableError(absl::StrCat(display_, ": ", what, ": the database did not come back within ",
-                                                   options_.reconnect_seconds, " s (", last.message(), ")"));
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-      backoff = std::min(backoff * 2, 1.0);
-    }
-    absl::Status take_error;
-    std::unique_ptr<Conn> c = Take(&take_error);
-    if (c == nullptr) {
-      last = take_error;
-      continue;
-    }
-    try {
-      // One statement needs no BEGIN / COMMIT round trips: it is atomic on its own.
-      std::unique_ptr<pqxx::transaction_base> w;
-      if (single_statement) {
-        w = std::make_unique<pqxx::nontransaction>(c->c);
-      } else {
-        w = std::make_unique<pqxx::work>(c->c);
-      }
-      absl::StatusOr<T> r = fn(*w, attempt);
-      if (r.ok()) {
-        w->commit();
-      } else {
-        w->abort();
-      }
-      w.reset();
-      Give(std::move(c));
-      return r;
-    } catch (const pqxx::broken_connection& e) {
-      last = absl::UnavailableError(e.what());
-      c.reset();  // reopened on the next attempt
-    } catch (const pqxx::in_doubt_error& e) {
-      // The commit may or may not have happened: the retry's idempotence decides.
-      last = absl::UnavailableError(e.what());
-      c.reset();
-    } catch (const pqxx::sql_error& e) {
-      // The server refused the statement. A server shutting down (admin_shutdown, 57P01) or
-      // not yet accepting (cannot_connect_now, 57P03) is transient; anything else is not.
-      const std::string state = e.sqlstate();
-      if (absl::StartsWith(state, "57P") || absl::StartsWith(state, "08")) {
-        last = absl::UnavailableError(e.what());
-        c.reset();
-        Give(nullptr);
-        continue;
-      }
-      Give(std::move(c));
-      return absl::InternalError(absl::StrCat(display_, ": ", what, ": ", e.what()));
-    } catch (const std::exception& e) {
-      Give(nullptr);
-      return absl::InternalError(absl::StrCat(display_, ": ", what, ": ", e.what()));
-    }
-    Give(nullptr);
-  }
 }
 
 absl::Status PostgresStore::Migrate() {
@@ -566,97 +462,6 @@ absl::StatusOr<int64_t> PostgresStore::AppendModelCall(v1::ModelCall call, int64
 absl::StatusOr<std::vector<v1::ModelCall>> PostgresStore::ListModelCalls(const std::string& job_id, int64_t from,
                                                                          int limit) {
   return ListSequenced<v1::ModelCall>("model_calls", job_id, from, limit);
-}
-
-absl::Status PostgresStore::CreateTenant(const v1::Tenant& tenant) {
-  const std::string body = tenant.SerializeAsString();
-  return WithTransaction<bool>("create tenant", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
-    pqxx::result r = w.exec_params("INSERT INTO tenants (name, body) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING name",
-                                   tenant.name(), pqxx::binarystring(body));
-    if (!r.empty()) return true;
-    if (attempt > 1) {
-      pqxx::result mine = w.exec_params("SELECT body FROM tenants WHERE name = $1", tenant.name());
-      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
-    }
-    return absl::AlreadyExistsError(absl::StrCat("tenant ", tenant.name(), " exists"));
-  }).status();
-}
-
-absl::StatusOr<v1::Tenant> PostgresStore::GetTenant(const std::string& name) {
-  return WithTransaction<v1::Tenant>("get tenant", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<v1::Tenant> {
-    pqxx::result r = w.exec_params("SELECT body FROM tenants WHERE name = $1", name);
-    if (r.empty()) return NoTenantError(name);
-    return ParseRecord<v1::Tenant>(Bytes(r[0][0]), "tenant");
-  });
-}
-
-absl::Status PostgresStore::UpdateTenant(const v1::Tenant& tenant) {
-  return WithTransaction<bool>("update tenant", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<bool> {
-    pqxx::result r = w.exec_params("SELECT body FROM tenants WHERE name = $1 FOR UPDATE", tenant.name());
-    if (r.empty()) return NoTenantError(tenant.name());
-    absl::StatusOr<v1::Tenant> stored = ParseRecord<v1::Tenant>(Bytes(r[0][0]), "tenant");
-    if (!stored.ok()) return stored.status();
-    stored->set_display_name(tenant.display_name());
-    *stored->mutable_quota() = tenant.quota();
-    w.exec_params("UPDATE tenants SET body = $2 WHERE name = $1", tenant.name(),
-                  pqxx::binarystring(stored->SerializeAsString()));
-    return true;
-  }).status();
-}
-
-absl::StatusOr<std::vector<v1::Tenant>> PostgresStore::ListTenants() {
-  return WithTransaction<std::vector<v1::Tenant>>("list tenants", [&](pqxx::transaction_base& w, int) {
-    return ParseRows<v1::Tenant>(w.exec("SELECT body FROM tenants ORDER BY name"), "tenant");
-  });
-}
-
-absl::Status PostgresStore::CreateApiKey(const v1::ApiKey& key) {
-  const std::string body = key.SerializeAsString();
-  return WithTransaction<bool>("create api key", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<bool> {
-    if (w.exec_params("SELECT 1 FROM tenants WHERE name = $1", key.tenant()).empty()) return NoTenantError(key.tenant());
-    pqxx::result r = w.exec_params(
-        "INSERT INTO api_keys (id, tenant, secret_sha256, revoked, body) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT DO NOTHING RETURNING id",
-        key.id(), key.tenant(), key.secret_sha256(), key.revoked(), pqxx::binarystring(body));
-    if (!r.empty()) return true;
-    if (attempt > 1) {
-      pqxx::result mine = w.exec_params("SELECT body FROM api_keys WHERE id = $1", key.id());
-      if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
-    }
-    return absl::AlreadyExistsError(absl::StrCat("api key ", key.id(), " exists"));
-  }).status();
-}
-
-absl::StatusOr<v1::ApiKey> PostgresStore::FindApiKey(const std::string& secret_sha256) {
-  return WithTransaction<v1::ApiKey>("find api key", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<v1::ApiKey> {
-    pqxx::result r =
-        w.exec_params("SELECT body FROM api_keys WHERE secret_sha256 = $1 AND NOT revoked", secret_sha256);
-    if (r.empty()) return absl::NotFoundError("no such api key");
-    return ParseRecord<v1::ApiKey>(Bytes(r[0][0]), "api key");
-  });
-}
-
-absl::StatusOr<std::vector<v1::ApiKey>> PostgresStore::ListApiKeys(const std::string& tenant) {
-  return WithTransaction<std::vector<v1::ApiKey>>(
-      "list api keys", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<std::vector<v1::ApiKey>> {
-        pqxx::result r = w.exec_params("SELECT body, revoked FROM api_keys WHERE tenant = $1 ORDER BY id", tenant);
-        std::vector<v1::ApiKey> out;
-        for (const auto& row : r) {
-          auto k = ParseRecord<v1::ApiKey>(Bytes(row[0]), "api key");
-          if (!k.ok()) return k.status();
-          k->set_revoked(row[1].as<bool>());
-          out.push_back(*std::move(k));
-        }
-        return out;
-      });
-}
-
-absl::Status PostgresStore::RevokeApiKey(const std::string& key_id) {
-  return WithTransaction<bool>("revoke api key", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<bool> {
-    pqxx::result r = w.exec_params("UPDATE api_keys SET revoked = true WHERE id = $1", key_id);
-    if (r.affected_rows() == 0) return absl::NotFoundError(absl::StrCat("no api key ", key_id));
-    return true;
-  }).status();
 }
 
 }  // namespace kforge
