@@ -1,9 +1,13 @@
 #include "services/coordinator/tenant_gate.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kforge::coordinator {
 
 namespace {
 constexpr double kHour = 3600;
+constexpr double kFirstRetrySeconds = 0.5;  // after a failed read, doubling up to refresh_seconds
 }  // namespace
 
 TenantGate::TenantGate(Store& store, Clock& clock, prometheus::Registry* registry, TenantGateOptions options)
@@ -23,21 +27,28 @@ TenantGate::State* TenantGate::Fresh(const std::string& tenant,
                                      std::unique_lock<std::mutex>& lock) {
   const double now = clock_.MonotonicSeconds();
   State& s = tenants_[tenant];  // std::map: the reference survives other insertions
-  // One reader at a time (read_at is set while it reads); the others use the quota known so far.
-  if (s.read_at >= 0 && now - s.read_at < options_.refresh_seconds) return s.known ? &s : nullptr;
-  s.read_at = now;
+  // One reader at a time; the others use the quota known so far.
+  if (s.reading || now < s.next_read) return s.known ? &s : nullptr;
+  s.reading = true;
   lock.unlock();
   absl::StatusOr<v1::Tenant> t = store_.GetTenant(tenant);
   lock.lock();
-  if (t.ok()) {
-    s.quota = t->quota();
+  s.reading = false;
+  const double after = clock_.MonotonicSeconds();
+  if (t.ok() || absl::IsNotFound(t.status())) {
+    if (t.ok()) {
+      s.quota = t->quota();
+    } else {
+      s.quota.Clear();
+    }
     s.known = true;
-  } else if (absl::IsNotFound(t.status())) {
-    s.quota.Clear();
-    s.known = true;
-  } else if (!s.known) {
-    s.read_at = -1;  // the store is away: the next dispatch asks again
-  }                  // else: keep the quota we had
+    s.failures = 0;
+    s.next_read = after + options_.refresh_seconds;
+  } else {  // keep the quota we had (if any); ask again after a backoff
+    s.next_read = after + std::min(options_.refresh_seconds,
+                                   kFirstRetrySeconds * std::exp2(std::min(s.failures, 30)));
+    ++s.failures;
+  }
   return s.known ? &s : nullptr;
 }
 

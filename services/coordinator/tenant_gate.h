@@ -7,9 +7,12 @@
 // slides. Quotas are read from the store's tenant records and re-read every `refresh_seconds`, so
 // a changed quota applies without a restart. A tenant without a record (the embedded run's) has
 // no limits. Until a tenant's quota has been read once (the read is under way on another thread,
-// or it failed), its dispatches are refused rather than waited for or let through: the event
-// loop's threads never block on the store, and a tenant's first dispatches cannot pass its quota.
-// The job tries again at its next step. A later read that fails keeps the quota already known.
+// or it failed), its dispatches are refused rather than waited for or let through: only the
+// thread that reads waits for the store, and a tenant's first dispatches cannot pass its quota.
+// The job tries again at its next step. A read that fails is tried again after a backoff (0.5 s,
+// doubling up to refresh_seconds), so a store that is away or a tenant record that cannot be read
+// costs a read now and then, not one per step of every job; a later read that fails keeps the
+// quota already known.
 //
 // Counted per coordinator: with several coordinators each applies the quota to the jobs it runs,
 // and a restarted coordinator starts a fresh hour.
@@ -48,8 +51,10 @@ class TenantGate final : public DispatchGate {
     int64_t in_flight = 0;
     std::deque<double> dispatches;  // monotonic times, the last hour's (kept only under a quota)
     v1::TenantQuota quota;
-    double read_at = -1;  // when the last read began; < 0: none since the last failed one
-    bool known = false;   // a read has come back with the quota (or with no record)
+    double next_read = 0;  // when the quota is to be read (again)
+    bool reading = false;  // a thread is reading it
+    int failures = 0;      // reads failed in a row
+    bool known = false;    // a read has come back with the quota (or with no record)
   };
   // The tenant's state with a fresh enough quota, or null while none is known. Reads the store
   // without holding mu_.

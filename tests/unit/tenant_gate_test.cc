@@ -96,17 +96,29 @@ class AwayTenantStore final : public testing::ForwardingStore {
   int reads = 0;
 };
 
-TEST_F(TenantGateTest, AFailedFirstReadRefusesUntilAReadSucceeds) {
+TEST_F(TenantGateTest, AFailedFirstReadRefusesUntilAReadSucceedsAndRetriesAfterABackoff) {
   MakeTenant("small", 1, 0);
   AwayTenantStore away(store_);
   away.away = true;
   TenantGate gate(away, clock_, &registry_, {.refresh_seconds = 10});
-  // No quota known: refused (not let through with no limit), and each try reads again.
+  // No quota known: refused (not let through with no limit).
   EXPECT_FALSE(gate.TryAcquire("small"));
+  EXPECT_EQ(away.reads, 1);
+  // Every job's next step asks again: the store is not read again until the backoff (0.5 s, then
+  // 1 s, ...) has passed.
+  EXPECT_FALSE(gate.TryAcquire("small"));
+  clock_.Advance(0.4);
+  EXPECT_FALSE(gate.TryAcquire("small"));
+  EXPECT_EQ(away.reads, 1);
+  clock_.Advance(0.2);
+  EXPECT_FALSE(gate.TryAcquire("small"));
+  EXPECT_EQ(away.reads, 2);
+  clock_.Advance(0.9);
   EXPECT_FALSE(gate.TryAcquire("small"));
   EXPECT_EQ(away.reads, 2);
   EXPECT_EQ(gate.InFlight("small"), 0);
   away.away = false;
+  clock_.Advance(0.2);
   EXPECT_TRUE(gate.TryAcquire("small"));
   EXPECT_FALSE(gate.TryAcquire("small"));  // the quota of one, read
   EXPECT_EQ(away.reads, 3);
