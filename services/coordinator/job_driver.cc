@@ -165,7 +165,12 @@ v1::EvaluationRequest JobDriver::RequestFor(const v1::Candidate& c) const {
   *req.mutable_problem() = job_.spec().problem();
   *req.mutable_candidate() = c;
   req.set_seed(job_.spec().seed());
-  if (engine_->best() != nullptr) req.set_best_speedup(engine_->best()->fitness);
+  if (const Member* best = engine_->best(); best != nullptr) {
+    req.set_best_speedup(best->fitness);
+    for (const v1::SizeSetTiming& t : best->result.timings()) {
+      if (t.speedup() > 0) (*req.mutable_best_set_speedups())[t.size_set()] = t.speedup();
+    }
+  }
   return req;
 }
 

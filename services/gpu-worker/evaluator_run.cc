@@ -20,6 +20,10 @@ namespace kforge::worker {
 
 namespace {
 
+// A candidate whose fastest validation run took this many times the job's best time on a size set
+// is not benchmarked there (racing on).
+constexpr double kSkipBenchmarkFactor = 4;
+
 v1::TimingStats Stats(std::vector<double> s) {
   v1::TimingStats t;
   if (s.empty()) return t;
@@ -457,19 +461,28 @@ void Evaluator::Run::Benchmark() {
                std::string(ref.status().message()));
       return;
     }
-    // Racing: the time the job's best would take here, from its speedup over this reference.
-    Sampling sampling =
-        Capped(CandidateSampling(), set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0);
-    if (req_.best_speedup() > 0 && ev_.options_.race_factor > 0) {
-      sampling.race_seconds = ref->median_seconds() / req_.best_speedup() * ev_.options_.race_factor;
+    // Racing: the time the job's best would take here, from its speedup over this reference on
+    // this size set (the geometric mean over sets when the request has no per-set speedups).
+    Sampling sampling = CandidateSampling();
+    double best = req_.best_speedup();
+    if (auto it = req_.best_set_speedups().find(p_.size_sets(set).name());
+        it != req_.best_set_speedups().end() && it->second > 0) {
+      best = it->second;
+    }
+    const double best_seconds = best > 0 ? ref->median_seconds() / best : 0;
+    if (best_seconds > 0 && ev_.options_.race_factor > 0) {
+      sampling.race_seconds = best_seconds * ev_.options_.race_factor;
       sampling.race_samples = ev_.options_.race_samples;
     }
+    sampling = Capped(
+        sampling, set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0);
     std::vector<double> samples;
     bool raced = false;
     const double fastest = set < static_cast<int>(cand_fastest_run_.size()) ? cand_fastest_run_[set] : 0;
-    if (sampling.race_seconds > 0 && fastest > 2 * sampling.race_seconds) {
-      // Its validation runs were already far slower than the race's bar (a margin for one
-      // untimed, first-launch sample): not worth a benchmark, its fastest run stands for it.
+    if (sampling.race_seconds > 0 && fastest > kSkipBenchmarkFactor * best_seconds) {
+      // Its validation runs were already far slower than the best (a margin for their differences
+      // from a timed sample: no warm-up, no cache flush, fresh inputs): not worth a benchmark, its
+      // fastest run stands for it.
       samples = {fastest};
       raced = true;
     } else if (!TimeCandidate(set, *indices, sampling, t0, &samples, &raced)) {

@@ -68,15 +68,13 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
              [&opts] { return opts.bench_rel_error >= 0 && opts.bench_rel_error < 1 ? std::string() : std::string("must be 0 to 1"); });
   schema.Add("benchmark.race_factor", &opts.race_factor,
              "a candidate whose fastest of benchmark.race_samples samples is this many times the "
-             "job's best time "
-             "stops sampling (1: every sample slower than the best); 0 = off",
+             "job's best time stops sampling (1.1: every sample over 1.1x the best's); 0 = off",
              [&opts] {
                return opts.race_factor == 0 || opts.race_factor >= 1 ? std::string() : std::string("must be 0 or >= 1");
              });
   schema.Add("benchmark.race_samples", &opts.race_samples,
-             "samples a candidate takes before racing may stop it (5: a candidate faster than the "
-             "best is stopped "
-             "with probability under 1/32)",
+             "samples a candidate takes before racing may stop it (5: one faster than race_factor "
+             "times the best's time is stopped with probability under 1/32)",
              [&opts] {
                return opts.race_samples >= 1 && opts.race_samples <= 1000
                           ? std::string()

@@ -173,38 +173,36 @@ TEST_F(BenchmarkStageTest, ACandidateClearlySlowerThanTheBestStopsEarly) {
   for (const auto& t : full.timings()) EXPECT_FALSE(t.raced()) << t.size_set();
 }
 
-TEST_F(BenchmarkStageTest, ACandidateOnlyALittleSlowerThanTheBestStopsAfterRaceSamples) {
-  // Not twice as slow: a third slower. Every one of race_samples samples is slower than the best's
-  // time, which is enough (a candidate faster than the best shows that with probability < 1/32).
-  // One size set timed, so that the job's best speedup is that set's.
-  problem_.mutable_size_sets(0)->set_bench(false);
+TEST_F(BenchmarkStageTest, EachSizeSetRacesAgainstTheBestsSpeedupOnThatSet) {
+  // The job's best is far ahead on the large set and far behind on the small one: the candidate
+  // is raced on the large set only, after race_samples, whatever the best's overall speedup says.
   opts_.bench_rel_error = 0;  // only racing can stop it before min_bench_seconds
   opts_.min_samples = 10;
   const EvaluatorOptions defaults;
   opts_.race_factor = defaults.race_factor;
   opts_.race_samples = defaults.race_samples;
-  ASSERT_EQ(opts_.race_factor, 1);
   ASSERT_LT(opts_.race_samples, opts_.min_samples);
   auto ev = MakeEvaluator();
   if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
   v1::EvaluationResult own = ev->Evaluate(Request(Cand("slow", 64, 40)));
   ASSERT_EQ(own.outcome(), v1::OUTCOME_OK) << own.message();
-  ASSERT_EQ(own.timings_size(), 1);
-  ASSERT_GT(own.speedup(), 0);
-  v1::EvaluationResult raced =
-      ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/own.speedup() * 1.5));
-  ASSERT_EQ(raced.outcome(), v1::OUTCOME_OK) << raced.message();
-  for (const auto& t : raced.timings()) {
-    EXPECT_TRUE(t.raced()) << t.size_set();
-    EXPECT_LE(t.candidate().samples(), opts_.race_samples) << t.size_set();
+  ASSERT_EQ(own.timings_size(), 2);
+  v1::EvaluationRequest req = Request(Cand("slow", 64, 40), /*best_speedup=*/1000);
+  for (const auto& t : own.timings()) {
+    ASSERT_GT(t.speedup(), 0) << t.size_set();
+    (*req.mutable_best_set_speedups())[t.size_set()] =
+        t.speedup() * (t.size_set() == "large" ? 2.5 : 0.3);
   }
-  // Twice as fast as that best: timed in full.
-  v1::EvaluationResult full =
-      ev->Evaluate(Request(Cand("slow", 64, 40), /*best_speedup=*/own.speedup() * 0.5));
-  ASSERT_EQ(full.outcome(), v1::OUTCOME_OK) << full.message();
-  for (const auto& t : full.timings()) {
-    EXPECT_FALSE(t.raced()) << t.size_set();
-    EXPECT_GE(t.candidate().samples(), opts_.min_samples) << t.size_set();
+  v1::EvaluationResult r = ev->Evaluate(req);
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  for (const auto& t : r.timings()) {
+    if (t.size_set() == "large") {
+      EXPECT_TRUE(t.raced());
+      EXPECT_LE(t.candidate().samples(), opts_.race_samples);
+    } else {
+      EXPECT_FALSE(t.raced()) << t.size_set();
+      EXPECT_GE(t.candidate().samples(), opts_.min_samples) << t.size_set();
+    }
   }
 }
 

@@ -122,11 +122,26 @@ class TestQueue final : public ForwardingWorkQueue {
     return max_in_flight_;
   }
   int dispatched_before_write() const { return dispatched_before_write_.load(); }
+  // Requests dispatched with the job's best speedup, and those of them without the best's speedup
+  // on each size set.
+  std::pair<int, int> racing_bars() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {with_best_, without_set_speedups_};
+  }
 
  private:
   void Dispatched(const std::string& job_id, const std::vector<v1::EvaluationRequest>& requests) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& r : requests) dispatched_.insert(r.candidate().id());
+    for (const auto& r : requests) {
+      dispatched_.insert(r.candidate().id());
+      // Racing's bars: the best's speedup on each size set goes with its overall one.
+      if (r.best_speedup() > 0) {
+        ++with_best_;
+        bool per_set = !r.best_set_speedups().empty();
+        for (const auto& [set, speedup] : r.best_set_speedups()) per_set = per_set && speedup > 0;
+        if (!per_set) ++without_set_speedups_;
+      }
+    }
     size_t in_flight = 0;
     for (const auto& id : dispatched_) in_flight += delivered_.contains(id) ? 0 : 1;
     max_in_flight_ = std::max(max_in_flight_, in_flight);
@@ -171,6 +186,7 @@ class TestQueue final : public ForwardingWorkQueue {
   std::set<std::string> dispatched_, delivered_;  // candidate ids
   size_t max_in_flight_ = 0;
   std::atomic<int> dispatched_before_write_{0};
+  int with_best_ = 0, without_set_speedups_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -245,6 +261,7 @@ struct RunReport {
   int used_up_hints = 0, unfounded_used_up_hints = 0;  // RecordingMutator's
   size_t max_in_flight = 0;                            // TestQueue's
   int dispatched_before_write = 0;                     // TestQueue's
+  std::pair<int, int> racing_bars;                     // TestQueue's
 };
 
 class JobRunnerTest : public ::testing::Test {
@@ -359,6 +376,7 @@ class JobRunnerTest : public ::testing::Test {
     rep.acks_with_dispatch = queue.acks_with_dispatch();
     rep.max_in_flight = queue.max_in_flight();
     rep.dispatched_before_write = queue.dispatched_before_write();
+    rep.racing_bars = queue.racing_bars();
     if (faulty.has_value()) {
       const testing::QueueFaultCounts& c = faulty->counts();
       rep.dropped_completes = c.dropped_completes;
@@ -506,6 +524,9 @@ TEST_F(JobRunnerTest, SameSeedSameCandidatesOneSlot) {
     ExpectConsistent(store, *rep.job);
     EXPECT_EQ(rep.job->progress().evaluations(), 40);
     traces.push_back(TraceOf(store, id));
+    // Every candidate after the seed is raced against the best on each size set.
+    EXPECT_GE(rep.racing_bars.first, 39);
+    EXPECT_EQ(rep.racing_bars.second, 0);
   }
   EXPECT_EQ(traces[0], traces[1]);
   MemoryStore other;

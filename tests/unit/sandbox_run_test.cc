@@ -58,7 +58,13 @@ class HostBackend : public DeviceBackend {
       for (DeviceBuf b : c.buffers) args.push_back(b == 0 ? nullptr : &bufs_.at(b));
       kernel_(args);
     }
+    if (next_time_ < times_.size()) return times_[next_time_++];
     return 1e-3;
+  }
+  // The times the next launches report, in order (then 1 ms each).
+  void ScriptTimes(std::vector<double> times) {
+    times_ = std::move(times);
+    next_time_ = 0;
   }
 
  private:
@@ -67,6 +73,8 @@ class HostBackend : public DeviceBackend {
   std::vector<std::string> freed_;
   bool fail_clear_ = false;
   DeviceBuf next_ = 1;
+  std::vector<double> times_;
+  size_t next_time_ = 0;
 };
 
 // y = x + 1 over f32, writing only the first `written` elements.
@@ -303,6 +311,40 @@ TEST(SandboxRunTest, BenchSetsUseTheirOwnResidentInputsAndShareSetZerosOutputs) 
   auto again = ExecuteRun(backend, store, req);
   ASSERT_EQ(again.outcome(), v1::OUTCOME_OK) << again.message();
   EXPECT_EQ(*Returned(again, "y"), *y);
+}
+
+TEST(SandboxRunTest, RacingStopsOnceEveryOneOfRaceSamplesIsOverTheBar) {
+  HostBackend backend(AddOne(3));
+  ResidentStore store;
+  v1::RunRequest req = AddOneRequest(3, 0);
+  req.set_mode(v1::RunRequest::MODE_BENCH);
+  req.set_warmup(0);
+  req.set_min_samples(10);
+  req.set_max_samples(20);
+  req.set_race_seconds(1e-3);  // the bar: the job's best time, with its margin
+  req.set_race_samples(5);
+  // Five samples over the bar: raced there, before min_samples.
+  backend.ScriptTimes(std::vector<double>(20, 1.2e-3));
+  auto raced = ExecuteRun(backend, store, req);
+  ASSERT_EQ(raced.outcome(), v1::OUTCOME_OK) << raced.message();
+  EXPECT_TRUE(raced.raced());
+  EXPECT_EQ(raced.samples_seconds_size(), 5);
+  // One of the five under it: timed to min_samples (min_seconds 0), not raced, though the others
+  // are slower.
+  std::vector<double> times(20, 1.2e-3);
+  times[2] = 0.9e-3;
+  backend.ScriptTimes(times);
+  auto full = ExecuteRun(backend, store, req);
+  ASSERT_EQ(full.outcome(), v1::OUTCOME_OK) << full.message();
+  EXPECT_FALSE(full.raced());
+  EXPECT_EQ(full.samples_seconds_size(), 10);
+  // Four slow ones, then a fifth under the bar: the race looks only once race_samples are in.
+  times.assign(20, 1.2e-3);
+  times[4] = 0.5e-3;
+  backend.ScriptTimes(times);
+  auto late = ExecuteRun(backend, store, req);
+  ASSERT_EQ(late.outcome(), v1::OUTCOME_OK) << late.message();
+  EXPECT_FALSE(late.raced());
 }
 
 TEST(SandboxRunTest, AResidentInoutBufferIsRestoredFromTheStoredCopyBeforeEverySample) {
