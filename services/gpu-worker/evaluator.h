@@ -68,6 +68,10 @@ struct EvaluatorOptions {
   // target. A raced candidate keeps the median of its samples, known less tightly.
   double race_factor = 1.1;
   int race_samples = 5;
+  // And sooner for one far slower: after race_early_samples, once even the fastest sample took
+  // race_early_factor times the best's time (0 = off).
+  double race_early_factor = 2;
+  int race_early_samples = 3;
   // Re-measuring finalists (ConfirmRequest): samples per finalist and round, and the most rounds
   // and finalists a request may ask for.
   int confirm_samples = 5;

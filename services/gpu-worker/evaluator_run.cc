@@ -157,6 +157,8 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
     run->set_target_rel_error(sampling->target_rel_error);
     run->set_race_seconds(sampling->race_seconds);
     run->set_race_samples(sampling->race_samples);
+    run->set_race_early_seconds(sampling->race_early_seconds);
+    run->set_race_early_samples(sampling->race_early_samples);
     run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
   }
   run->set_share_outputs_min_bytes(ev_.options_.share_outputs_min_bytes);
@@ -473,6 +475,10 @@ void Evaluator::Run::Benchmark() {
     if (best_seconds > 0 && ev_.options_.race_factor > 0) {
       sampling.race_seconds = best_seconds * ev_.options_.race_factor;
       sampling.race_samples = ev_.options_.race_samples;
+      if (ev_.options_.race_early_factor > 0) {
+        sampling.race_early_seconds = best_seconds * ev_.options_.race_early_factor;
+        sampling.race_early_samples = ev_.options_.race_early_samples;
+      }
     }
     sampling = Capped(
         sampling, set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0);
@@ -531,6 +537,7 @@ Evaluator::Run::Sampling Evaluator::Run::Capped(Sampling s, double run_seconds) 
     s.max_samples = static_cast<int>(std::max(3.0, fit));
     s.min_samples = std::min(s.min_samples, s.max_samples);
     s.race_samples = std::min(s.race_samples, s.max_samples);
+    s.race_early_samples = std::min(s.race_early_samples, s.max_samples);
   }
   if (run_seconds * s.warmup > cap / 2) s.warmup = std::min(s.warmup, 1);
   return s;

@@ -66,6 +66,8 @@ class Evaluator::Run {
     double target_rel_error = 0;
     double race_seconds = 0;
     int race_samples = 0;
+    double race_early_seconds = 0;
+    int race_early_samples = 0;
   };
   // The input sets a size set is benchmarked on, their reference answers ensured.
   absl::StatusOr<std::vector<int>> BenchIndices(int set);

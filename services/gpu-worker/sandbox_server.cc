@@ -292,7 +292,10 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v
             MedianRelError({r.samples_seconds().begin(), r.samples_seconds().end()}) <= req.target_rel_error()))) {
         break;
       }
-      if (req.race_seconds() > 0 && i >= std::max(1, req.race_samples()) && fastest > req.race_seconds()) {
+      if ((req.race_seconds() > 0 && i >= std::max(1, req.race_samples()) &&
+           fastest > req.race_seconds()) ||
+          (req.race_early_seconds() > 0 && i >= std::max(1, req.race_early_samples()) &&
+           fastest > req.race_early_seconds())) {
         r.set_raced(true);
         break;
       }

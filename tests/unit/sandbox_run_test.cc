@@ -345,6 +345,18 @@ TEST(SandboxRunTest, RacingStopsOnceEveryOneOfRaceSamplesIsOverTheBar) {
   auto late = ExecuteRun(backend, store, req);
   ASSERT_EQ(late.outcome(), v1::OUTCOME_OK) << late.message();
   EXPECT_FALSE(late.raced());
+  // The earlier, coarser bar: three samples each over twice the best's time stop it at three.
+  req.set_race_early_seconds(2e-3);
+  req.set_race_early_samples(3);
+  backend.ScriptTimes(std::vector<double>(20, 2.5e-3));
+  auto early = ExecuteRun(backend, store, req);
+  ASSERT_EQ(early.outcome(), v1::OUTCOME_OK) << early.message();
+  EXPECT_TRUE(early.raced());
+  EXPECT_EQ(early.samples_seconds_size(), 3);
+  backend.ScriptTimes(std::vector<double>(20, 1.2e-3));  // under it: the five-sample bar decides
+  auto main_bar = ExecuteRun(backend, store, req);
+  EXPECT_TRUE(main_bar.raced());
+  EXPECT_EQ(main_bar.samples_seconds_size(), 5);
 }
 
 TEST(SandboxRunTest, AResidentInoutBufferIsRestoredFromTheStoredCopyBeforeEverySample) {
