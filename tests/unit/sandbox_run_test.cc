@@ -98,6 +98,16 @@ v1::RunRequest AddOneRequest(int64_t n, int pattern) {
   return req;
 }
 
+// AddOneRequest over 3 elements, timed.
+v1::RunRequest AddOneBench(int warmup, int min_samples, int max_samples) {
+  v1::RunRequest req = AddOneRequest(3, 0);
+  req.set_mode(v1::RunRequest::MODE_BENCH);
+  req.set_warmup(warmup);
+  req.set_min_samples(min_samples);
+  req.set_max_samples(max_samples);
+  return req;
+}
+
 HostBackend::Kernel AddOne(int64_t written) {
   return [written](std::vector<std::string*>& a) {
     for (int64_t i = 0; i < written; ++i) {
@@ -285,11 +295,7 @@ TEST(SandboxRunTest, AResidentInputIsStoredOnceThenUsedByKeyUntilDropped) {
 TEST(SandboxRunTest, BenchSetsUseTheirOwnResidentInputsAndShareSetZerosOutputs) {
   HostBackend backend(AddOne(3));
   ResidentStore store;
-  v1::RunRequest req = AddOneRequest(3, 0);
-  req.set_mode(v1::RunRequest::MODE_BENCH);
-  req.set_warmup(1);
-  req.set_min_samples(4);
-  req.set_max_samples(4);
+  v1::RunRequest req = AddOneBench(/*warmup=*/1, /*min_samples=*/4, /*max_samples=*/4);
   for (int i = 0; i < 3; ++i) {
     v1::BufferSet* set = i == 0 ? req.mutable_sets(0) : req.add_sets();
     if (i > 0) set->add_buffers()->set_name("x");  // inputs only; y comes from set 0
@@ -316,11 +322,7 @@ TEST(SandboxRunTest, BenchSetsUseTheirOwnResidentInputsAndShareSetZerosOutputs) 
 TEST(SandboxRunTest, RacingStopsOnceEveryOneOfRaceSamplesIsOverTheBar) {
   HostBackend backend(AddOne(3));
   ResidentStore store;
-  v1::RunRequest req = AddOneRequest(3, 0);
-  req.set_mode(v1::RunRequest::MODE_BENCH);
-  req.set_warmup(0);
-  req.set_min_samples(10);
-  req.set_max_samples(20);
+  v1::RunRequest req = AddOneBench(/*warmup=*/0, /*min_samples=*/10, /*max_samples=*/20);
   req.set_race_seconds(1e-3);  // the bar: the job's best time, with its margin
   req.set_race_samples(5);
   // Five samples over the bar: raced there, before min_samples.
