@@ -1,4 +1,5 @@
-// One evaluation through the pipeline: screen, compile, validate, benchmark (Evaluator::Run).
+// One evaluation through the pipeline: screen, compile, validate, benchmark (Evaluator::Run); the
+// benchmark stage and its sampling are in evaluator_bench.cc.
 
 #include "services/gpu-worker/evaluator_run.h"
 
@@ -19,22 +20,6 @@
 namespace kforge::worker {
 
 namespace {
-
-// A candidate whose fastest validation run took this many times the job's best time on a size set
-// is not benchmarked there (racing on).
-constexpr double kSkipBenchmarkFactor = 4;
-
-v1::TimingStats Stats(std::vector<double> s) {
-  v1::TimingStats t;
-  if (s.empty()) return t;
-  std::sort(s.begin(), s.end());
-  t.set_median_seconds(SortedMedian(s));
-  t.set_min_seconds(s.front());
-  t.set_p20_seconds(SortedQuantile(s, 0.2));
-  t.set_p80_seconds(SortedQuantile(s, 0.8));
-  t.set_samples(static_cast<int32_t>(s.size()));
-  return t;
-}
 
 void SetPoison(v1::BufferData& d, v1::DType dtype, int64_t elements, int pattern) {
   auto* p = d.mutable_poison();
@@ -217,19 +202,6 @@ absl::Status Evaluator::Run::EnsureReference(int set, int index) {
     t = std::max(t, r.response.run().samples_seconds(0));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
-                                                                const std::vector<int>& indices) {
-  if (data_->ref_timing_generation != sb_->generation()) {
-    data_->ref_timing.clear();
-    data_->ref_timing_generation = sb_->generation();
-  }
-  if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
-  auto it = data_->ref_run_seconds.find(set);
-  const Sampling sampling = Capped(ReferenceSampling(), it == data_->ref_run_seconds.end() ? 0 : it->second);
-  KF_ASSIGN_OR_RETURN(std::vector<double> samples, TimeReference(set, indices, sampling));
-  return data_->ref_timing[set] = Stats(std::move(samples));
 }
 
 bool Evaluator::Run::Check(int set, int index, const Sandbox::CallResult& result, int pattern,
@@ -440,167 +412,6 @@ bool Evaluator::Run::Prepare() {
     }
   }
   EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_OK);
-  return true;
-}
-
-void Evaluator::Run::Benchmark() {
-  auto& clock = ev_.clock_;
-  // Stage 4: benchmark reference and candidate in this sandbox lifetime, rotating inputs, then
-  // validate what the last timed run wrote.
-  const double t0 = clock.MonotonicSeconds();
-  double log_sum = 0;
-  int bench_sets = 0;
-  for (int set = 0; set < p_.size_sets_size(); ++set) {
-    if (!p_.size_sets(set).bench()) continue;
-    auto indices = BenchIndices(set);
-    if (!indices.ok()) {
-      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR, std::string(indices.status().message()));
-      return;
-    }
-    auto ref = ReferenceTiming(set, *indices);
-    if (!ref.ok()) {
-      EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_INFRA_ERROR,
-               std::string(ref.status().message()));
-      return;
-    }
-    // Racing: the time the job's best would take here, from its speedup over this reference on
-    // this size set (the geometric mean over sets when the request has no per-set speedups).
-    Sampling sampling = CandidateSampling();
-    double best = req_.best_speedup();
-    if (auto it = req_.best_set_speedups().find(p_.size_sets(set).name());
-        it != req_.best_set_speedups().end() && it->second > 0) {
-      best = it->second;
-    }
-    const double best_seconds = best > 0 ? ref->median_seconds() / best : 0;
-    if (best_seconds > 0 && ev_.options_.race_factor > 0) {
-      sampling.race_seconds = best_seconds * ev_.options_.race_factor;
-      sampling.race_samples = ev_.options_.race_samples;
-      if (ev_.options_.race_early_factor > 0) {
-        sampling.race_early_seconds = best_seconds * ev_.options_.race_early_factor;
-        sampling.race_early_samples = ev_.options_.race_early_samples;
-      }
-    }
-    sampling = Capped(
-        sampling, set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0);
-    std::vector<double> samples;
-    bool raced = false;
-    const double fastest = set < static_cast<int>(cand_fastest_run_.size()) ? cand_fastest_run_[set] : 0;
-    if (sampling.race_seconds > 0 && fastest > kSkipBenchmarkFactor * best_seconds) {
-      // Its validation runs were already far slower than the best (a margin for their differences
-      // from a timed sample: no warm-up, no cache flush, fresh inputs): not worth a benchmark, its
-      // fastest run stands for it.
-      samples = {fastest};
-      raced = true;
-    } else if (!TimeCandidate(set, *indices, sampling, t0, &samples, &raced)) {
-      return;
-    }
-    auto* t = res_.add_timings();
-    t->set_size_set(p_.size_sets(set).name());
-    *t->mutable_candidate() = Stats(std::move(samples));
-    *t->mutable_reference() = *ref;
-    t->set_raced(raced);
-    const double cand = t->candidate().median_seconds();
-    t->set_speedup(cand > 0 ? ref->median_seconds() / cand : 0);
-    if (t->speedup() > 0) {
-      log_sum += std::log(t->speedup());
-      ++bench_sets;
-    }
-  }
-  res_.set_speedup(bench_sets > 0 ? std::exp(log_sum / bench_sets) : 0);
-  EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_OK);
-  res_.set_outcome(v1::OUTCOME_OK);
-  res_.set_total_seconds(clock.MonotonicSeconds() - start_);
-}
-
-absl::StatusOr<std::vector<int>> Evaluator::Run::BenchIndices(int set) {
-  std::vector<int> indices;
-  for (int i = 0; i < std::max(1, ev_.options_.bench_input_sets); ++i) {
-    KF_RETURN_IF_ERROR(EnsureReference(set, i));
-    indices.push_back(i);
-  }
-  return indices;
-}
-
-Evaluator::Run::Sampling Evaluator::Run::ReferenceSampling() const {
-  const EvaluatorOptions& o = ev_.options_;
-  return Sampling{.warmup = o.warmup, .min_samples = o.min_samples, .max_samples = o.max_samples,
-                  .min_seconds = o.min_bench_seconds};
-}
-
-Evaluator::Run::Sampling Evaluator::Run::Capped(Sampling s, double run_seconds) const {
-  // A kernel that takes seconds per run gets fewer samples (at least 3) rather than a timeout: its
-  // validation run said how long one takes.
-  const double cap = ev_.options_.max_bench_seconds;
-  if (run_seconds <= 0 || cap <= 0) return s;
-  const double fit = std::floor(cap / run_seconds);
-  if (fit < s.max_samples) {
-    s.max_samples = static_cast<int>(std::max(3.0, fit));
-    s.min_samples = std::min(s.min_samples, s.max_samples);
-    s.race_samples = std::min(s.race_samples, s.max_samples);
-    s.race_early_samples = std::min(s.race_early_samples, s.max_samples);
-  }
-  if (run_seconds * s.warmup > cap / 2) s.warmup = std::min(s.warmup, 1);
-  return s;
-}
-
-Evaluator::Run::Sampling Evaluator::Run::RoundSampling(int set, bool reference) const {
-  Sampling s{.warmup = 1, .min_samples = ev_.options_.confirm_samples, .max_samples = ev_.options_.confirm_samples};
-  double run_seconds = 0;
-  if (reference) {
-    auto it = data_->ref_run_seconds.find(set);
-    run_seconds = it == data_->ref_run_seconds.end() ? 0 : it->second;
-  } else if (set < static_cast<int>(cand_run_seconds_.size())) {
-    run_seconds = cand_run_seconds_[set];
-  }
-  const double cap = ev_.options_.max_bench_seconds / 3;
-  if (run_seconds > 0 && run_seconds * (s.max_samples + s.warmup) > cap) {
-    s.max_samples = s.min_samples = static_cast<int>(std::max(1.0, std::floor(cap / run_seconds)));
-    s.warmup = run_seconds * (s.max_samples + 1) > cap ? 0 : 1;
-  }
-  return s;
-}
-
-Evaluator::Run::Sampling Evaluator::Run::CandidateSampling() const {
-  Sampling s = ReferenceSampling();
-  s.target_rel_error = ev_.options_.bench_rel_error;
-  return s;
-}
-
-absl::StatusOr<std::vector<double>> Evaluator::Run::TimeReference(int set, const std::vector<int>& indices,
-                                                                  const Sampling& sampling) {
-  std::vector<v1::BufferSet> sets;
-  for (int i : indices)
-    sets.push_back(BuildSet(set, i, {}, 0, /*inputs_only=*/i != indices[0], /*resident=*/true));
-  auto r = RunCalls(data_->ref_program, ref_calls_[set], std::move(sets), &sampling);
-  if (!RunSucceeded(r)) {
-    return absl::UnavailableError(
-        absl::StrCat("reference benchmark: ", r.message, r.response.run().message()));
-  }
-  return std::vector<double>(r.response.run().samples_seconds().begin(), r.response.run().samples_seconds().end());
-}
-
-bool Evaluator::Run::TimeCandidate(int set, const std::vector<int>& indices, const Sampling& sampling, double t0,
-                                   std::vector<double>* samples, bool* raced) {
-  std::vector<v1::BufferSet> sets;
-  for (int i : indices) {
-    sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
-                            /*resident=*/true));
-  }
-  auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), &sampling);
-  if (!RunSucceeded(r)) {
-    EndRunFailure(v1::STAGE_BENCHMARK, t0, r);
-    return false;
-  }
-  const auto& run = r.response.run();
-  if (!Check(set, indices[run.last_set()], r, 0, "stale")) {
-    const auto& e = res_.errors();
-    EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
-             absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(),
-                          " (size set ", e.size_set(), "): ", e.mismatches(), " elements wrong"));
-    return false;
-  }
-  samples->assign(run.samples_seconds().begin(), run.samples_seconds().end());
-  *raced = run.raced();
   return true;
 }
 
