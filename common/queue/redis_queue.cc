@@ -182,18 +182,27 @@ absl::Status RedisWorkQueue::EnqueueMany(const std::string& stream,
 
 absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::ResultFromReply(const std::string& key,
                                                                               const redisReply& entry) {
-  std::string id, payload;
+  std::string id;
   ResultDelivery d;
-  if (!EntryField(entry, "res", &id, &payload) || !d.result.ParseFromString(payload)) {
-    log_->error("stream {}: dropping malformed result {}", key, id);
-    if (!id.empty()) {
-      (void)redis_.Command({"XACK", key, kCoordinators, id});
-      (void)redis_.Command({"XDEL", key, id});
-    }
+  if (!ParseEntry(key, entry, "res", kCoordinators, "result", d.result, &id)) {
     return std::optional<ResultDelivery>();
   }
   d.ack_token = id;
   return std::optional<ResultDelivery>(std::move(d));
+}
+
+bool RedisWorkQueue::ParseEntry(const std::string& key, const redisReply& entry, const char* field,
+                                const char* group, const char* what,
+                                google::protobuf::MessageLite& message, std::string* id) {
+  std::string payload;
+  if (EntryField(entry, field, id, &payload) && message.ParseFromString(payload)) return true;
+  // Dropped rather than handed out (or read back) forever.
+  log_->error("stream {}: dropping malformed {} {}", key, what, *id);
+  if (!id->empty()) {
+    (void)redis_.Command({"XACK", key, group, *id});
+    (void)redis_.Command({"XDEL", key, *id});
+  }
+  return false;
 }
 
 absl::StatusOr<std::optional<ResultDelivery>> RedisWorkQueue::NextResult(const std::string& job_id,

@@ -39,6 +39,7 @@
 #include "common/logging.h"
 #include "common/queue/redis_client.h"
 #include "common/queue/work_queue.h"
+#include "google/protobuf/message_lite.h"
 
 namespace kforge {
 
@@ -118,6 +119,11 @@ class RedisWorkQueue final : public WorkQueue {
   absl::StatusOr<bool> Finish(const std::string& key, const std::string& entry_id, int deliveries,
                               const v1::EvaluationRequest& request, const v1::EvaluationResult& result);
   absl::StatusOr<std::optional<ResultDelivery>> ResultFromReply(const std::string& key, const redisReply& reply);
+  // Parses `field` of a stream entry into `message`, setting `id`. A malformed entry is not ours
+  // to hand out: it is logged as a malformed `what`, acknowledged in `group` and deleted (false).
+  bool ParseEntry(const std::string& key, const redisReply& entry, const char* field,
+                  const char* group, const char* what, google::protobuf::MessageLite& message,
+                  std::string* id);
   // The request's problem under its own key (once per job and process); returns the key.
   absl::StatusOr<std::string> StoreProblem(const v1::EvaluationRequest& request, bool again);
   // A problem by key, from the small local cache or Redis.

@@ -49,15 +49,9 @@ absl::StatusOr<std::optional<WorkItem>> RedisWorkQueue::ItemFromEntry(const std:
                                                                       const redisReply& entry,
                                                                       const std::string& consumer,
                                                                       int deliveries) {
-  std::string id, payload;
+  std::string id;
   WorkItem item;
-  if (!EntryField(entry, "req", &id, &payload) || !item.request.ParseFromString(payload)) {
-    // Not ours to evaluate: drop it rather than hand it out forever.
-    log_->error("stream {}: dropping malformed entry {}", key, id);
-    if (!id.empty()) {
-      (void)redis_.Command({"XACK", key, kWorkers, id});
-      (void)redis_.Command({"XDEL", key, id});
-    }
+  if (!ParseEntry(key, entry, "req", kWorkers, "entry", item.request, &id)) {
     return std::optional<WorkItem>();
   }
   item.attempt = deliveries;
