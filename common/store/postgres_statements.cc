@@ -46,20 +46,14 @@ absl::StatusOr<std::vector<v1::Job>> JobsFromRows(const pqxx::result& r) {
   return out;
 }
 
-bool StoredBody(pqxx::transaction_base& w, const char* query, const std::string& job_id,
-                const std::string& id, const std::string& body) {
-  pqxx::result mine = w.exec_params(query, job_id, id);
-  return !mine.empty() && Bytes(mine[0][0]) == body;
-}
-
 void FindStoredCandidates(pqxx::transaction_base& w, const std::string& job_id,
                           absl::Span<const v1::Candidate> candidates,
                           const std::vector<std::string>& bodies, std::vector<bool>& out,
                           std::set<std::string>& done) {
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (out[i] || done.contains(candidates[i].id())) continue;
-    if (StoredBody(w, "SELECT body FROM candidates WHERE job_id = $1 AND id = $2", job_id,
-                   candidates[i].id(), bodies[i])) {
+    if (StoredBody(w, "SELECT body FROM candidates WHERE job_id = $1 AND id = $2", bodies[i],
+                   job_id, candidates[i].id())) {
       out[i] = true;
       done.insert(candidates[i].id());
     }
@@ -74,7 +68,7 @@ void FindStoredEvaluations(pqxx::transaction_base& w, const std::string& job_id,
     const std::string& cid = results[i].candidate_id();
     if (out[i] != PutOutcome::kDuplicate || done.contains(cid)) continue;
     if (StoredBody(w, "SELECT body FROM evaluations WHERE job_id = $1 AND candidate_id = $2",
-                   job_id, cid, bodies[i])) {
+                   bodies[i], job_id, cid)) {
       out[i] = PutOutcome::kStored;
       done.insert(cid);
     }

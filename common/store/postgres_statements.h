@@ -94,10 +94,14 @@ absl::Status FencedBatch(pqxx::transaction_base& w, const std::string& job_id, i
   return absl::OkStatus();
 }
 
-// A retry after a commit whose answer was lost finds the rows it stored: whether `query` (job id,
-// row id) reads back exactly `body`.
-bool StoredBody(pqxx::transaction_base& w, const char* query, const std::string& job_id,
-                const std::string& id, const std::string& body);
+// A retry after a commit whose answer was lost finds the row it stored: whether `query`, with
+// `keys` as its parameters, reads back exactly `body`.
+template <typename... Keys>
+bool StoredBody(pqxx::transaction_base& w, const char* query, const std::string& body,
+                const Keys&... keys) {
+  pqxx::result mine = w.exec_params(query, keys...);
+  return !mine.empty() && Bytes(mine[0][0]) == body;
+}
 
 // A retry after a lost commit answer: the candidates refused as duplicates that this batch had
 // stored (the same body) were inserted by it.

@@ -39,6 +39,7 @@ using postgres::LockJobCte;
 using postgres::ParseRows;
 using postgres::StepWriteDefinition;
 using postgres::StepWriteStatement;
+using postgres::StoredBody;
 using postgres::TokenOf;
 using postgres::UnjoinedFirst;
 using postgres::ValuesList;
@@ -107,10 +108,8 @@ absl::StatusOr<v1::Job> PostgresStore::CreateJob(const v1::Job& job) {
       if (!same.empty()) return JobFromRow(same[0]);
     }
     // A retry after a commit whose answer was lost finds its own row.
-    if (attempt > 1) {
-      pqxx::result mine = w.exec_params("SELECT body FROM jobs WHERE id = $1", job.id());
-      if (!mine.empty() && Bytes(mine[0][0]) == body) return stored;
-    }
+    if (attempt > 1 && StoredBody(w, "SELECT body FROM jobs WHERE id = $1", body, job.id()))
+      return stored;
     return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " exists"));
   });
 }

@@ -9,6 +9,7 @@ namespace kforge {
 
 using postgres::Bytes;
 using postgres::ParseRows;
+using postgres::StoredBody;
 
 absl::Status PostgresStore::CreateTenant(const v1::Tenant& tenant) {
   const std::string body = tenant.SerializeAsString();
@@ -20,10 +21,10 @@ absl::Status PostgresStore::CreateTenant(const v1::Tenant& tenant) {
                    "RETURNING name",
                    tenant.name(), pqxx::binarystring(body));
                if (!r.empty()) return true;
-               if (attempt > 1) {
-                 pqxx::result mine =
-                     w.exec_params("SELECT body FROM tenants WHERE name = $1", tenant.name());
-                 if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+               // A retry after a commit whose answer was lost finds its own row.
+               if (attempt > 1 &&
+                   StoredBody(w, "SELECT body FROM tenants WHERE name = $1", body, tenant.name())) {
+                 return true;
                }
                return absl::AlreadyExistsError(absl::StrCat("tenant ", tenant.name(), " exists"));
              })
@@ -79,10 +80,9 @@ absl::Status PostgresStore::CreateApiKey(const v1::ApiKey& key) {
                    key.id(), key.tenant(), key.secret_sha256(), key.revoked(),
                    pqxx::binarystring(body));
                if (!r.empty()) return true;
-               if (attempt > 1) {
-                 pqxx::result mine =
-                     w.exec_params("SELECT body FROM api_keys WHERE id = $1", key.id());
-                 if (!mine.empty() && Bytes(mine[0][0]) == body) return true;
+               if (attempt > 1 &&
+                   StoredBody(w, "SELECT body FROM api_keys WHERE id = $1", body, key.id())) {
+                 return true;
                }
                return absl::AlreadyExistsError(absl::StrCat("api key ", key.id(), " exists"));
              })
