@@ -366,8 +366,8 @@ int main(int argc, char** argv) {
   std::printf(
       "backends %s; %d workers, %d slots + %d ready per job, %d event-loop threads, %d rounds "
       "(medians)\n",
-      cfg.backends.c_str(), cfg.workers, cfg.slots, cfg.ready < 0 ? cfg.slots : cfg.ready,
-      cfg.threads, cfg.rounds);
+      cfg.backends.c_str(), cfg.workers, cfg.slots,
+      static_cast<int>(coordinator::HeldReadyFor(cfg.ready, cfg.slots)), cfg.threads, cfg.rounds);
   std::printf("many jobs: %d jobs x %lld candidates from %d tenants\n", cfg.jobs, static_cast<long long>(cfg.candidates),
               cfg.tenants);
   std::printf("  results/s %.0f, coordinator CPU %.3f ms/result, running at once (most) %d, Jain's index at half %.3f\n",

@@ -325,11 +325,10 @@ int main(int argc, char** argv) {
         cfg.rate > 0 ? absl::StrCat("fleet capped at ", cfg.rate, " results/s") : "fleet uncapped";
     std::printf(
         "%d jobs x %lld candidates, %d instant workers, %d slots + %d ready per job, screen %d, "
-        "%s, "
-        "%s, %d rounds (medians)\n",
+        "%s, %s, %d rounds (medians)\n",
         cfg.jobs, static_cast<long long>(cfg.candidates), cfg.workers, cfg.slots,
-        cfg.in_order ? 0 : (cfg.ready < 0 ? cfg.slots : cfg.ready), cfg.screen,
-        cfg.in_order ? "in order" : "as results arrive", pace.c_str(), cfg.rounds);
+        cfg.in_order ? 0 : static_cast<int>(coordinator::HeldReadyFor(cfg.ready, cfg.slots)),
+        cfg.screen, cfg.in_order ? "in order" : "as results arrive", pace.c_str(), cfg.rounds);
     std::printf("%-28s %10s %14s %18s %16s %9s %9s\n", "backends", "results/s", "CPU ms/result",
                 "servers ms/result", "(Redis ms/result)", "p50 ms", "p99 ms");
   }

@@ -22,7 +22,6 @@
 // that re-measured exactly them. JobSpec.fresh turns both off. The device class is the runner's
 // (JobRunnerOptions::device_class) or, for a job open to any device, that of its latest result.
 
-#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -149,12 +148,9 @@ class JobDriver {
   absl::StatusOr<bool> End();
   double Elapsed() const;
   int64_t InFlight() const { return static_cast<int64_t>(cands_.size()) - ingested_count_; }
-  // How many stored candidates wait for a slot at most: none in order, and no more than the slots
-  // (so a job's max_in_flight bounds both); -1 asks for as many as the slots.
+  // How many stored candidates wait for a slot at most (none in order).
   int64_t HeldReady() const {
-    if (options_.in_order) return 0;
-    return options_.ready_candidates < 0 ? slots_
-                                         : std::min<int64_t>(options_.ready_candidates, slots_);
+    return options_.in_order ? 0 : HeldReadyFor(options_.ready_candidates, slots_);
   }
   void ReleaseGate();
 

@@ -9,6 +9,7 @@
 // repeating or losing evaluations. When the queue reports that it lost what it held (Redis
 // restarted empty), every candidate without an evaluation is dispatched again.
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -55,6 +56,13 @@ struct JobRunnerOptions {
   // not changed since. 0 = at the end only.
   int confirm_every = 0;
 };
+
+// How many stored candidates a job with `slots` slots holds ready (JobRunnerOptions::
+// ready_candidates): -1 asks for as many as the slots, and never more than them (so a job's
+// max_in_flight bounds both).
+inline int64_t HeldReadyFor(int ready_candidates, int64_t slots) {
+  return ready_candidates < 0 ? slots : std::min<int64_t>(ready_candidates, slots);
+}
 
 // What the progress callback sees after every ingested evaluation.
 struct Progress {

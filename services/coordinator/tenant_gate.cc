@@ -35,12 +35,8 @@ TenantGate::State* TenantGate::Fresh(const std::string& tenant,
   lock.lock();
   s.reading = false;
   const double after = clock_.MonotonicSeconds();
-  if (t.ok() || absl::IsNotFound(t.status())) {
-    if (t.ok()) {
-      s.quota = t->quota();
-    } else {
-      s.quota.Clear();
-    }
+  if (t.ok() || absl::IsNotFound(t.status())) {  // no record: no quota
+    s.quota = t.ok() ? t->quota() : v1::TenantQuota();
     s.known = true;
     s.failures = 0;
     s.next_read = after + options_.refresh_seconds;

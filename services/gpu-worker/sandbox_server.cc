@@ -285,6 +285,10 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v
     double total = 0;
     double fastest = 0;
     const int max_samples = std::max(req.max_samples(), std::max(req.min_samples(), 1));
+    // Racing: once `after` samples are in, even the fastest is slower than `bar` (0 = off).
+    const auto over = [&](double bar, int after, int taken) {
+      return bar > 0 && taken >= std::max(1, after) && fastest > bar;
+    };
     for (int i = 0; i < max_samples; ++i) {
       if (i >= req.min_samples() &&
           (total >= req.min_seconds() ||
@@ -292,10 +296,8 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v
             MedianRelError({r.samples_seconds().begin(), r.samples_seconds().end()}) <= req.target_rel_error()))) {
         break;
       }
-      if ((req.race_seconds() > 0 && i >= std::max(1, req.race_samples()) &&
-           fastest > req.race_seconds()) ||
-          (req.race_early_seconds() > 0 && i >= std::max(1, req.race_early_samples()) &&
-           fastest > req.race_early_seconds())) {
+      if (over(req.race_seconds(), req.race_samples(), i) ||
+          over(req.race_early_seconds(), req.race_early_samples(), i)) {
         r.set_raced(true);
         break;
       }
