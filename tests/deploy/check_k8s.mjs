@@ -14,11 +14,24 @@
 //     Secrets deploy/README.md tells you to create), probes and prometheus.io annotations use the
 //     ports of the config each container runs with, pods run as non-root with limits, GPU pods
 //     are steered to GPU nodes;
-//   - that the Kubernetes configs (deploy/k8s/base/config) are the compose ones (deploy/config).
+//   - that the Kubernetes configs (deploy/k8s/base/config) are the compose ones (deploy/config);
+//   - the hardening (checkHardening): each credential file a service's config names
+//     (CREDENTIAL_FILES) is set and read from a read-only, non-optional Secret volume holding the
+//     key, every reader of a credential (Redis' --requirepass and probes, KEDA's
+//     TriggerAuthentication too) uses the same Secret key and different credentials different
+//     ones; workers set sandbox.require_jail; no pod template automounts a service account token;
+//     the namespace's Pod Security Admission labels, every pod meeting the enforced level and that
+//     level the strictest they all meet; the NetworkPolicies, evaluated for who may reach whom
+//     (workers: /metrics from Prometheus only, egress to Redis and kube-dns only; the proxy: gRPC
+//     from the coordinators, /metrics from Prometheus, egress open; PostgreSQL and Redis as
+//     before); the dev overlay generates every Secret its pods need.
 // Compose (deploy/compose.yaml): parses it; every service's image or build (Dockerfile), mounted
 //   file and named volume exists; published and exposed ports, health checks and the hosts in the
 //   configs agree with deploy/config; depends_on conditions refer to services with health checks;
-//   Prometheus' static targets are compose services' metrics ports.
+//   Prometheus' static targets are compose services' metrics ports; the credential files the
+//   configs name are in named volumes mounted read-only, written by a one-shot service each reader
+//   waits for, one source per credential; Redis runs with --requirepass and an authenticated
+//   health check.
 // With --build-dir, also: every config file passes the service's own parser (--print-config, which
 //   refuses unknown keys) and every KFORGE_* environment variable is one the binary reads.
 // Written for Node 18 (Debian 12's nodejs) and later.
@@ -114,7 +127,24 @@ const IMAGES = imageFacts();
 const ENV = envFacts();
 
 // Secrets the cluster's operator creates (deploy/README.md says how), with the keys read from them.
-const EXTERNAL_SECRETS = { "kforge-store": ["url"], "kforge-postgres": ["password"], "kforge-llm": [] };
+const EXTERNAL_SECRETS = {
+  "kforge-store": ["url"], "kforge-postgres": ["password"], "kforge-llm": [],
+  "kforge-redis": ["password"], "kforge-llm-proxy-token": ["token"], "kforge-worker-token": ["token"],
+};
+
+// The credentials each kforge service reads from a file, by the config key naming the file, and
+// which credential that is: every reader of one credential must get the same Secret key (or, in
+// compose, the same generated file), and different credentials different ones.
+const CREDENTIAL_FILES = {
+  coordinator: [["queue.password_file", "redis-password"], ["llm_proxy.token_file", "llm-proxy-token"]],
+  "llm-proxy": [["auth.token_file", "llm-proxy-token"]],
+  worker: [["queue.password_file", "redis-password"], ["auth.token_file", "worker-token"]],
+};
+const configValue = (config, dotted) => dotted.split(".").reduce((v, k) => (v && typeof v === "object" ? v[k] : undefined), config);
+
+// Prometheus as the NetworkPolicies admit it (deploy/README.md documents the same): a pod with this
+// label in this namespace.
+const PROMETHEUS = { ns: "monitoring", labels: { "app.kubernetes.io/name": "prometheus" }, what: "Prometheus (monitoring, app.kubernetes.io/name=prometheus)" };
 
 // host:port -> {host, port}
 function hostPort(s, defaultPort) {
@@ -230,6 +260,24 @@ const REDIS_STREAMS_METADATA = new Set(["address", "host", "port", "addressFromE
   "usernameFromEnv", "passwordFromEnv", "stream", "consumerGroup", "pendingEntriesCount", "streamLength", "lagCount",
   "activationLagCount", "databaseIndex", "enableTLS", "unsafeSsl"]);
 
+const TRIGGER_FIELDS = new Set(["type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"]);
+const TRIGGER_AUTH_SPEC = new Set(["secretTargetRef", "env", "configMapTargetRef", "podIdentity", "hashiCorpVault",
+  "azureKeyVault", "awsSecretManager", "gcpSecretManager", "boundServiceAccountToken"]);
+
+function checkTriggerAuthentication(o, ctx) {
+  const where = `${ctx.name}: TriggerAuthentication/${o.metadata?.name}`;
+  if (o.apiVersion !== "keda.sh/v1alpha1") fail(where, `apiVersion ${o.apiVersion}, expected keda.sh/v1alpha1`);
+  const spec = o.spec;
+  if (!spec || typeof spec !== "object") return fail(where, "spec is required");
+  for (const k of Object.keys(spec)) if (!TRIGGER_AUTH_SPEC.has(k)) fail(where, `unknown field spec.${k}`);
+  if (spec.secretTargetRef !== undefined && !Array.isArray(spec.secretTargetRef)) return fail(where, "spec.secretTargetRef must be a list");
+  (spec.secretTargetRef ?? []).forEach((r, i) => {
+    for (const k of ["parameter", "name", "key"]) if (typeof r?.[k] !== "string" || !r[k]) fail(where, `spec.secretTargetRef[${i}].${k} is required`);
+    for (const k of Object.keys(r ?? {})) if (!["parameter", "name", "key"].includes(k)) fail(where, `unknown field spec.secretTargetRef[${i}].${k}`);
+    if (r?.name) checkSecretRef(where, r.name, r.key, false, ctx.objects.filter((x) => x.kind === "Secret"));
+  });
+}
+
 function checkScaledObject(o, ctx) {
   const where = `${ctx.name}: ScaledObject/${o.metadata?.name}`;
   const spec = o.spec;
@@ -255,6 +303,15 @@ function checkScaledObject(o, ctx) {
   spec.triggers.forEach((t, i) => {
     const tw = `${where}: spec.triggers[${i}]`;
     if (typeof t?.type !== "string" || !t.type) return fail(tw, "type is required");
+    for (const k of Object.keys(t)) if (!TRIGGER_FIELDS.has(k)) fail(tw, `unknown field ${k}`);
+    if (t.authenticationRef !== undefined) {
+      const ref = t.authenticationRef;
+      const kind = ref?.kind ?? "TriggerAuthentication";
+      if (typeof ref?.name !== "string" || !ref.name) fail(tw, "authenticationRef.name is required");
+      else if (!ctx.objects.some((a) => a.kind === kind && a.apiVersion?.startsWith("keda.sh/") && a.metadata?.name === ref.name)) {
+        fail(tw, `authenticationRef names ${kind}/${ref.name}, which is not in the output`);
+      }
+    }
     const md = t.metadata;
     if (!md || typeof md !== "object") return fail(tw, "metadata is required");
     for (const [k, v] of Object.entries(md)) {
@@ -347,7 +404,8 @@ function checkKubernetes(name, dir, composeConfigs) {
     // Schema of built-in kinds; KEDA's by hand.
     if (o.apiVersion?.startsWith("keda.sh/")) {
       if (o.kind === "ScaledObject") checkScaledObject(o, ctx);
-      else fail(where, "only KEDA ScaledObjects are checked; add a check for this kind");
+      else if (o.kind === "TriggerAuthentication") checkTriggerAuthentication(o, ctx);
+      else fail(where, "only KEDA ScaledObjects and TriggerAuthentications are checked; add a check for this kind");
     } else {
       const model = modelFor(o);
       if (!model?.Model) fail(where, `no schema for apiVersion ${o.apiVersion} kind ${o.kind}`);
@@ -431,7 +489,10 @@ function checkKubernetes(name, dir, composeConfigs) {
     // Referenced ConfigMaps, Secrets and claims exist.
     for (const v of pod.volumes ?? []) {
       if (v.configMap && !configMaps.some((x) => x.metadata.name === v.configMap.name)) fail(where, `volume ${v.name}: no ConfigMap ${v.configMap.name}`);
-      if (v.secret) checkSecretRef(where, v.secret.secretName, null, v.secret.optional, secrets);
+      if (v.secret) {
+        checkSecretRef(where, v.secret.secretName, null, v.secret.optional, secrets);
+        for (const item of v.secret.items ?? []) checkSecretRef(where, v.secret.secretName, item.key, v.secret.optional, secrets);
+      }
       if (v.persistentVolumeClaim && !byKind("PersistentVolumeClaim").some((x) => x.metadata.name === v.persistentVolumeClaim.claimName)) {
         fail(where, `volume ${v.name}: no PersistentVolumeClaim ${v.persistentVolumeClaim.claimName}`);
       }
@@ -504,10 +565,350 @@ function checkKubernetes(name, dir, composeConfigs) {
     // One replica of each, no GPU, no KEDA (a laptop cluster).
     for (const w of workloads) if (w.spec.replicas !== 1) fail(`${name}: ${w.kind}/${w.metadata.name}`, `replicas ${w.spec.replicas}, the dev overlay runs 1`);
     if (workloads.some((w) => w.spec.template.spec.containers.some((c) => c.resources?.limits?.["nvidia.com/gpu"]))) fail(name, "requests a GPU");
-    if (byKind("ScaledObject").length) fail(name, "has ScaledObjects (KEDA is not assumed on a dev cluster)");
+    if (byKind("ScaledObject").length || byKind("TriggerAuthentication").length) fail(name, "has KEDA objects (KEDA is not assumed on a dev cluster)");
     if (!byKind("Deployment").some((w) => (ctx.workloadConfig(w)?.backends ?? []).includes("opencl"))) fail(name, "no OpenCL (PoCL) worker");
   }
+  checkHardening(ctx, workloads);
   console.log(`${name}: ${objects.length} objects (${[...new Set(objects.map((o) => o.kind))].sort().join(", ")})`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hardening: credentials from Secrets, Redis' password, service account tokens, Pod Security
+// Admission, the sandbox jail and who may talk to whom.
+
+// Records, per credential, the "Secret/key" (or compose "volume/file") each reader uses.
+function credentialLedger(where) {
+  const uses = new Map();
+  return {
+    add(cred, source, by) {
+      if (!uses.has(cred)) uses.set(cred, []);
+      uses.get(cred).push({ source, by });
+    },
+    uses,
+    // Every reader of a credential reads the same source; two credentials never share one.
+    check(required) {
+      for (const cred of required) if (!uses.has(cred)) fail(where, `nothing reads the credential ${cred}`);
+      const owner = new Map();
+      for (const [cred, list] of uses) {
+        const sources = [...new Set(list.map((u) => u.source))];
+        if (sources.length > 1) fail(where, `the credential ${cred} comes from different places: ${list.map((u) => `${u.by} reads ${u.source}`).join("; ")}`);
+        for (const s of sources) {
+          if (owner.has(s) && owner.get(s) !== cred) fail(where, `${s} serves both ${owner.get(s)} and ${cred}: give each its own secret`);
+          owner.set(s, cred);
+        }
+      }
+    },
+  };
+}
+
+// The Secret key a file path of a container reads, through a read-only Secret volume (or null, with
+// the reason in .why).
+function secretFileSource(pod, c, file) {
+  const mounts = (c.volumeMounts ?? []).filter((m) => (m.subPath ? file === m.mountPath : file.startsWith(m.mountPath.replace(/\/?$/, "/"))));
+  const mount = mounts.sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+  if (!mount) return { why: "no volume is mounted there" };
+  const vol = (pod.volumes ?? []).find((v) => v.name === mount.name);
+  if (!vol?.secret) return { why: `it is on volume ${mount.name}, which is not a Secret volume` };
+  if (mount.readOnly !== true) return { why: `volume ${mount.name} is mounted read-write` };
+  if (vol.secret.optional) return { why: `Secret volume ${mount.name} is optional: the service would start without its credential` };
+  const relPath = mount.subPath ?? path.posix.relative(mount.mountPath, file);
+  const items = vol.secret.items;
+  const key = items ? items.find((it) => it.path === relPath)?.key : relPath;
+  if (!key) return { why: `Secret volume ${mount.name} has no item at ${relPath}` };
+  return { secret: vol.secret.secretName, key };
+}
+
+// Pod Security Standards (the checks of the baseline and restricted levels that these pods could
+// break), https://kubernetes.io/docs/concepts/security/pod-security-standards/.
+const BASELINE_CAPS = new Set(["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+  "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"]);
+const RESTRICTED_VOLUMES = ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+function podSecurityViolations(pod, level) {
+  const v = [];
+  const containers = [...(pod.initContainers ?? []), ...(pod.containers ?? [])];
+  for (const k of ["hostNetwork", "hostPID", "hostIPC"]) if (pod[k]) v.push(`${k}: true`);
+  for (const vol of pod.volumes ?? []) if (vol.hostPath) v.push(`hostPath volume ${vol.name}`);
+  if (pod.securityContext?.seccompProfile?.type === "Unconfined") v.push("seccompProfile Unconfined");
+  for (const c of containers) {
+    const sc = c.securityContext ?? {};
+    if (sc.privileged) v.push(`container ${c.name} is privileged`);
+    for (const cap of sc.capabilities?.add ?? []) if (!BASELINE_CAPS.has(cap)) v.push(`container ${c.name} adds ${cap}`);
+    for (const p of c.ports ?? []) if (p.hostPort) v.push(`container ${c.name} uses hostPort ${p.hostPort}`);
+    if (sc.seccompProfile?.type === "Unconfined") v.push(`container ${c.name}: seccompProfile Unconfined`);
+    if (sc.procMount && sc.procMount !== "Default") v.push(`container ${c.name}: procMount ${sc.procMount}`);
+  }
+  if (level !== "restricted") return v;
+  for (const vol of pod.volumes ?? []) {
+    if (!RESTRICTED_VOLUMES.some((t) => vol[t] !== undefined)) v.push(`volume ${vol.name} is of a type restricted does not allow`);
+  }
+  const podSc = pod.securityContext ?? {};
+  const seccompOk = (sc) => ["RuntimeDefault", "Localhost"].includes(sc?.seccompProfile?.type);
+  if (podSc.runAsUser === 0) v.push("runAsUser 0");
+  for (const c of containers) {
+    const sc = c.securityContext ?? {};
+    if (sc.allowPrivilegeEscalation !== false) v.push(`container ${c.name}: allowPrivilegeEscalation is not false`);
+    if (!(sc.runAsNonRoot === true || (podSc.runAsNonRoot === true && sc.runAsNonRoot !== false))) v.push(`container ${c.name}: runAsNonRoot is not true`);
+    if (sc.runAsUser === 0) v.push(`container ${c.name}: runAsUser 0`);
+    if (!(seccompOk(sc) || (seccompOk(podSc) && sc.seccompProfile === undefined))) v.push(`container ${c.name}: seccompProfile is not RuntimeDefault (or Localhost)`);
+    if (!(sc.capabilities?.drop ?? []).includes("ALL")) v.push(`container ${c.name}: capabilities.drop lacks ALL`);
+    for (const cap of sc.capabilities?.add ?? []) if (cap !== "NET_BIND_SERVICE") v.push(`container ${c.name}: adds ${cap}`);
+  }
+  return v;
+}
+
+// NetworkPolicy semantics, enough to answer "may A open a connection to B on port P?". An endpoint
+// is a pod {ns, labels, ports: [{name, containerPort, protocol}]} or an address outside the cluster
+// {ip}. Traffic from the node (the kubelet's probes) is always allowed and not modelled.
+function selectorMatches(sel, labels) {
+  if (!sel) return false;
+  const okLabels = Object.entries(sel.matchLabels ?? {}).every(([k, v]) => labels?.[k] === v);
+  const okExpr = (sel.matchExpressions ?? []).every((e) => {
+    const has = labels && e.key in labels;
+    switch (e.operator) {
+      case "In": return has && e.values.includes(labels[e.key]);
+      case "NotIn": return !has || !e.values.includes(labels[e.key]);
+      case "Exists": return has;
+      case "DoesNotExist": return !has;
+      default: return false;
+    }
+  });
+  return okLabels && okExpr;
+}
+function ipInCidr(ip, cidr) {
+  const toInt = (a) => a.split(".").reduce((n, x) => (n << 8) + Number(x), 0) >>> 0;
+  const [base, bits] = cidr.split("/");
+  if (!/^\d+\.\d+\.\d+\.\d+$/.test(base) || !ip) return false;
+  const mask = Number(bits) === 0 ? 0 : (~0 << (32 - Number(bits))) >>> 0;
+  return ((toInt(ip) & mask) >>> 0) === ((toInt(base) & mask) >>> 0);
+}
+function networkModel(ctx) {
+  const policies = ctx.objects.filter((o) => o.kind === "NetworkPolicy");
+  const nsObj = ctx.objects.find((o) => o.kind === "Namespace");
+  const nsLabels = (ns) => ({ ...(nsObj && nsObj.metadata.name === ns ? nsObj.metadata.labels : {}), "kubernetes.io/metadata.name": ns });
+  const types = (np) => np.spec?.policyTypes ?? ["Ingress", ...(np.spec?.egress ? ["Egress"] : [])];
+  const selects = (np, ep) => ep.ns !== undefined && ep.ns === np.metadata.namespace && selectorMatches(np.spec?.podSelector ?? {}, ep.labels);
+  const peerMatches = (peer, policyNs, ep) => {
+    if (peer.ipBlock) return ep.ip !== undefined && ipInCidr(ep.ip, peer.ipBlock.cidr) && !(peer.ipBlock.except ?? []).some((x) => ipInCidr(ep.ip, x));
+    if (ep.ns === undefined) return false;
+    if (peer.namespaceSelector && !selectorMatches(peer.namespaceSelector, nsLabels(ep.ns))) return false;
+    if (!peer.namespaceSelector && ep.ns !== policyNs) return false;
+    return peer.podSelector ? selectorMatches(peer.podSelector, ep.labels) : true;
+  };
+  const portMatches = (rulePorts, dst, port, protocol) => {
+    if (!rulePorts || rulePorts.length === 0) return true;
+    return rulePorts.some((p) => {
+      if ((p.protocol ?? "TCP") !== protocol) return false;
+      if (p.port === undefined) return true;
+      if (typeof p.port === "string") return (dst.ports ?? []).some((cp) => cp.name === p.port && cp.containerPort === port);
+      return p.endPort ? port >= p.port && port <= p.endPort : port === p.port;
+    });
+  };
+  const allowedBy = (direction, self, other, dst, port, protocol) => {
+    const field = direction === "Ingress" ? "ingress" : "egress";
+    const peersField = direction === "Ingress" ? "from" : "to";
+    const applying = policies.filter((np) => types(np).includes(direction) && selects(np, self));
+    if (applying.length === 0) return true;
+    return applying.some((np) => (np.spec[field] ?? []).some((rule) =>
+      (!rule[peersField] || rule[peersField].length === 0 || rule[peersField].some((peer) => peerMatches(peer, np.metadata.namespace, other))) &&
+      portMatches(rule.ports, dst, port, protocol)));
+  };
+  return {
+    policies,
+    // May src open a connection to dst's port (the egress of src and the ingress of dst allow it)?
+    allowed(src, dst, port, protocol = "TCP") {
+      return allowedBy("Egress", src, dst, dst, port, protocol) && allowedBy("Ingress", dst, src, dst, port, protocol);
+    },
+  };
+}
+
+function checkHardening(ctx, workloads) {
+  const { name, objects } = ctx;
+  const secrets = objects.filter((o) => o.kind === "Secret");
+  const component = (w) => w.spec.template.metadata?.labels?.["app.kubernetes.io/component"];
+  const ledger = credentialLedger(`${name}: credentials`);
+
+  // automountServiceAccountToken: no pod of ours calls the Kubernetes API.
+  for (const w of workloads) {
+    if (w.spec.template.spec.automountServiceAccountToken !== false) {
+      fail(`${name}: ${w.kind}/${w.metadata.name}`, "set automountServiceAccountToken: false in the pod template (nothing in it calls the Kubernetes API)");
+    }
+  }
+
+  // Pod Security Admission on the namespace, and every pod meeting the level it enforces.
+  const ns = objects.find((o) => o.kind === "Namespace");
+  const psa = ns?.metadata?.labels ?? {};
+  const levels = ["privileged", "baseline", "restricted"];
+  for (const mode of ["enforce", "audit", "warn"]) {
+    const level = psa[`pod-security.kubernetes.io/${mode}`];
+    if (!levels.includes(level)) fail(`${name}: Namespace/${ns?.metadata?.name}`, `label pod-security.kubernetes.io/${mode} is ${level ?? "not set"} (privileged, baseline or restricted)`);
+    const version = psa[`pod-security.kubernetes.io/${mode}-version`];
+    if (version !== undefined && !/^(latest|v1\.\d+)$/.test(version)) fail(`${name}: Namespace/${ns?.metadata?.name}`, `label pod-security.kubernetes.io/${mode}-version ${version}`);
+  }
+  const enforce = psa["pod-security.kubernetes.io/enforce"];
+  if (enforce === "privileged") fail(`${name}: Namespace/${ns?.metadata?.name}`, "enforces the privileged level (no restriction at all)");
+  if (levels.includes(enforce)) {
+    for (const w of workloads) {
+      const v = podSecurityViolations(w.spec.template.spec, enforce);
+      if (v.length) fail(`${name}: ${w.kind}/${w.metadata.name}`, `breaks the Pod Security level "${enforce}" the namespace enforces: ${v.join("; ")}`);
+    }
+    // The strictest level the pods meet.
+    if (enforce !== "restricted" && workloads.length && workloads.every((w) => podSecurityViolations(w.spec.template.spec, "restricted").length === 0)) {
+      fail(`${name}: Namespace/${ns?.metadata?.name}`, `enforces "${enforce}", but every pod meets "restricted": enforce that`);
+    }
+  }
+
+  // Credentials: each kforge service's credential files are set and come from read-only Secret
+  // volumes; workers jail their sandboxes.
+  for (const w of workloads) {
+    const pod = w.spec.template.spec;
+    const comp = component(w);
+    for (const c of pod.containers) {
+      const cw = `${name}: ${w.kind}/${w.metadata.name}: container ${c.name}`;
+      if (!CREDENTIAL_FILES[comp]) continue;
+      const cfg = ctx.containerConfig(pod, c);
+      if (!cfg?.config) continue; // reported above
+      for (const [key, cred] of CREDENTIAL_FILES[comp]) {
+        const file = configValue(cfg.config, key);
+        if (typeof file !== "string" || !file) { fail(cw, `${cfg.key}: ${key} is not set (the ${cred} must come from a Secret)`); continue; }
+        if (!path.posix.isAbsolute(file)) { fail(cw, `${cfg.key}: ${key} ${file} is not an absolute path`); continue; }
+        const src = secretFileSource(pod, c, file);
+        if (!src.secret) { fail(cw, `${cfg.key}: ${key} ${file}: ${src.why}`); continue; }
+        checkSecretRef(cw, src.secret, src.key, false, secrets);
+        ledger.add(cred, `Secret ${src.secret} key ${src.key}`, `${w.metadata.name} (${key})`);
+      }
+      if (comp === "worker") {
+        if (configValue(cfg.config, "sandbox.require_jail") !== true) fail(cw, `${cfg.key}: set sandbox.require_jail: true (a worker that cannot jail its sandboxes must not start)`);
+        if (configValue(cfg.config, "sandbox.restrict_files") === false) fail(cw, `${cfg.key}: sandbox.restrict_files: false leaves the sandboxes unjailed`);
+      }
+    }
+  }
+
+  // Redis asks for a password: --requirepass from a Secret, and probes that authenticate.
+  const redisPods = workloads.filter((w) => component(w) === "redis");
+  for (const w of redisPods) {
+    const where = `${name}: ${w.kind}/${w.metadata.name}`;
+    const c = w.spec.template.spec.containers[0];
+    const argv = [...(c.command ?? []), ...(c.args ?? [])];
+    const i = argv.indexOf("--requirepass");
+    const envRef = (n) => (c.env ?? []).find((e) => e.name === n)?.valueFrom?.secretKeyRef;
+    const m = i >= 0 ? String(argv[i + 1] ?? "").match(/^\$\(([A-Za-z_][A-Za-z0-9_]*)\)$/) : null;
+    if (i < 0) fail(where, "Redis runs without --requirepass: anything that reaches it can read and rewrite the queue");
+    else if (!m || !envRef(m[1])) fail(where, `--requirepass ${argv[i + 1]}: give $(VAR), VAR an env from a Secret (secretKeyRef)`);
+    else ledger.add("redis-password", `Secret ${envRef(m[1]).name} key ${envRef(m[1]).key}`, `${w.metadata.name} (--requirepass)`);
+    for (const probe of ["livenessProbe", "readinessProbe"]) {
+      const cmd = (c[probe]?.exec?.command ?? []).join(" ");
+      if (!cmd.includes("redis-cli")) continue;
+      const auth = envRef("REDISCLI_AUTH");
+      if (!auth) fail(where, `${probe} runs redis-cli without REDISCLI_AUTH from the Secret: it gets NOAUTH`);
+      else ledger.add("redis-password", `Secret ${auth.name} key ${auth.key}`, `${w.metadata.name} (REDISCLI_AUTH)`);
+      if (!cmd.includes("PONG")) fail(where, `${probe}: redis-cli exits 0 on a NOAUTH error; check the reply is PONG`);
+    }
+  }
+  // KEDA reaches Redis with the same password, through a TriggerAuthentication.
+  for (const so of objects.filter((o) => o.kind === "ScaledObject")) {
+    (so.spec?.triggers ?? []).forEach((t, i) => {
+      if (t.type !== "redis-streams" || redisPods.length === 0) return;
+      const tw = `${name}: ScaledObject/${so.metadata.name}: spec.triggers[${i}]`;
+      const ref = t.authenticationRef;
+      if (!ref?.name) return fail(tw, "Redis asks for a password: give authenticationRef (a TriggerAuthentication with the password)");
+      const ta = objects.find((o) => o.kind === (ref.kind ?? "TriggerAuthentication") && o.metadata.name === ref.name);
+      if (!ta) return; // reported by checkScaledObject
+      const pw = (ta.spec?.secretTargetRef ?? []).find((r) => r.parameter === "password");
+      if (!pw) return fail(tw, `${ta.kind}/${ta.metadata.name} gives no password parameter`);
+      ledger.add("redis-password", `Secret ${pw.name} key ${pw.key}`, `KEDA (${ta.kind}/${ta.metadata.name})`);
+    });
+  }
+  const required = new Set();
+  for (const w of workloads) for (const [, cred] of CREDENTIAL_FILES[component(w)] ?? []) required.add(cred);
+  ledger.check(required);
+  // The dev overlay works on an empty cluster: it generates every Secret its pods need.
+  if (name.endsWith("dev")) {
+    for (const w of workloads) {
+      const pod = w.spec.template.spec;
+      const refs = [
+        ...(pod.volumes ?? []).filter((v) => v.secret && !v.secret.optional).map((v) => v.secret.secretName),
+        ...pod.containers.flatMap((c) => [
+          ...(c.env ?? []).map((e) => e.valueFrom?.secretKeyRef).filter((r) => r && !r.optional).map((r) => r.name),
+          ...(c.envFrom ?? []).map((e) => e.secretRef).filter((r) => r && !r.optional).map((r) => r.name),
+        ]),
+      ];
+      for (const r of new Set(refs)) if (!secrets.some((x) => x.metadata.name === r)) fail(`${name}: ${w.kind}/${w.metadata.name}`, `needs the Secret ${r}, which the dev overlay does not generate`);
+    }
+  }
+
+  // Who may talk to whom.
+  const net = networkModel(ctx);
+  const podOf = (w) => ({
+    ns: w.metadata.namespace, labels: w.spec.template.metadata?.labels ?? {}, what: `${w.kind}/${w.metadata.name}`,
+    ports: w.spec.template.spec.containers.flatMap((c) => (c.ports ?? []).map((p) => ({ ...p, protocol: p.protocol ?? "TCP" }))),
+  });
+  const pods = workloads.map(podOf);
+  const portOf = (ep, n) => ep.ports.find((p) => p.name === n)?.containerPort;
+  const outsiders = [
+    { ns: PROMETHEUS.ns, labels: { "app.kubernetes.io/name": "grafana" }, what: "another pod of the monitoring namespace" },
+    { ns: "default", labels: { ...PROMETHEUS.labels }, what: "a pod labelled as Prometheus in another namespace" },
+    { ns: "kforge", labels: { "app.kubernetes.io/name": "debug" }, what: "a stranger pod in the kforge namespace" },
+    { ns: "default", labels: {}, what: "a pod of another namespace" },
+    { ns: "keda", labels: { app: "keda-operator" }, what: "the KEDA operator" },
+  ];
+  const prom = { ...PROMETHEUS };
+  const dns = { ns: "kube-system", labels: { "k8s-app": "kube-dns" }, what: "kube-dns", ports: [{ name: "dns", containerPort: 53, protocol: "UDP" }, { name: "dns-tcp", containerPort: 53, protocol: "TCP" }] };
+  const outside = [{ ip: "203.0.113.10", what: "the internet (203.0.113.10)", ports: [] }, { ip: "10.96.0.1", what: "the API server (10.96.0.1)", ports: [] },
+    { ip: "169.254.169.254", what: "the cloud metadata service", ports: [] }];
+  const expect = (src, dst, port, protocol, want, why) => {
+    if (port === undefined) return;
+    const got = net.allowed(src, dst, port, protocol);
+    if (got !== want) fail(`${name}: NetworkPolicy`, `${src.what} ${got ? "can" : "cannot"} reach ${dst.what} port ${port}/${protocol}: ${why}`);
+  };
+  const byComp = (c) => pods.filter((p) => p.labels["app.kubernetes.io/component"] === c);
+  const redis = byComp("redis");
+  for (const wk of byComp("worker")) {
+    const grpc = portOf(wk, "grpc");
+    const metrics = portOf(wk, "metrics");
+    expect(prom, wk, metrics, "TCP", true, "Prometheus scrapes the workers' /metrics");
+    expect(prom, wk, grpc, "TCP", false, "only the kubelet's probes (from the node) may reach a worker's gRPC port");
+    for (const src of [...pods.filter((p) => p !== wk), ...outsiders]) {
+      expect(src, wk, grpc, "TCP", false, "a worker's gRPC port runs any kernel it is sent; only the node's probes reach it");
+      expect(src, wk, metrics, "TCP", false, "a worker's /metrics is for Prometheus only");
+    }
+    for (const r of redis) expect(wk, r, portOf(r, "redis"), "TCP", true, "workers pull from Redis");
+    expect(wk, dns, 53, "UDP", true, "workers resolve redis through the cluster DNS");
+    expect(wk, dns, 53, "TCP", true, "DNS falls back to TCP");
+    for (const dst of pods.filter((p) => p !== wk && !redis.includes(p))) {
+      for (const p of dst.ports) expect(wk, dst, p.containerPort, p.protocol, false, "a worker's egress is Redis and DNS only");
+    }
+    for (const r of redis) for (const p of [5432, 7070]) expect(wk, r, p, "TCP", false, "a worker's egress to Redis is its port only");
+    for (const dst of outside) for (const p of [80, 443]) expect(wk, dst, p, "TCP", false, "a worker's egress is Redis and DNS only");
+    expect(wk, { ...outsiders[3], ports: [] }, 80, "TCP", false, "a worker's egress is Redis and DNS only");
+  }
+  for (const px of byComp("llm-proxy")) {
+    const grpc = portOf(px, "grpc");
+    const metrics = portOf(px, "metrics");
+    for (const co of byComp("coordinator")) expect(co, px, grpc, "TCP", true, "the coordinators call the proxy");
+    expect(prom, px, metrics, "TCP", true, "Prometheus scrapes the proxy's /metrics");
+    expect(prom, px, grpc, "TCP", false, "only the coordinators may call the proxy");
+    for (const src of [...pods.filter((p) => p.labels["app.kubernetes.io/component"] !== "coordinator" && p !== px), ...outsiders]) {
+      expect(src, px, grpc, "TCP", false, "only the coordinators may call the proxy (its calls spend model money)");
+      expect(src, px, metrics, "TCP", false, "the proxy's /metrics is for Prometheus only");
+    }
+    expect(px, outside[0], 443, "TCP", true, "the proxy calls model APIs anywhere");
+  }
+  for (const co of byComp("coordinator")) {
+    for (const pg of byComp("postgres")) expect(co, pg, portOf(pg, "postgres"), "TCP", true, "the coordinators use PostgreSQL");
+    for (const r of redis) expect(co, r, portOf(r, "redis"), "TCP", true, "the coordinators use Redis");
+    expect(co, dns, 53, "UDP", true, "the coordinators resolve their peers");
+    expect(outsiders[3], co, portOf(co, "grpc"), "TCP", true, "users reach the coordinator");
+    expect(prom, co, portOf(co, "metrics"), "TCP", true, "Prometheus scrapes the coordinators");
+  }
+  for (const pg of byComp("postgres")) {
+    for (const src of [...pods.filter((p) => !["coordinator", "postgres"].includes(p.labels["app.kubernetes.io/component"])), ...outsiders]) {
+      expect(src, pg, portOf(pg, "postgres"), "TCP", false, "only the coordinators reach PostgreSQL");
+    }
+  }
+  for (const r of redis) {
+    if (objects.some((o) => o.kind === "ScaledObject")) expect(outsiders[4], r, portOf(r, "redis"), "TCP", true, "KEDA reads the streams' lengths");
+    for (const src of outsiders.slice(0, 4)) expect(src, r, portOf(r, "redis"), "TCP", false, "only kforge's pods and KEDA reach Redis");
+  }
 }
 
 function imageName(image) {
@@ -567,6 +968,39 @@ function checkCompose(composeConfigs) {
     ...(s.expose ?? []).map((p) => Number(String(p).split("/")[0])),
   ]);
   const kforgeConfigs = {};
+  const dependsOn = (s) => (Array.isArray(s.depends_on) ? Object.fromEntries(s.depends_on.map((d) => [d, {}])) : s.depends_on ?? {});
+  // A one-shot service (credentials): it does not restart, and what needs it waits for it to finish.
+  const oneShot = (n) => {
+    const s = services[n];
+    const waiting = Object.values(services).map((o) => dependsOn(o)[n]).filter(Boolean);
+    return (s.restart === undefined || s.restart === "no") && waiting.length > 0 &&
+      waiting.every((c) => c.condition === "service_completed_successfully");
+  };
+  const mountsOf = (s) => (s.volumes ?? []).map((v) => {
+    const [src, dst, mode] = typeof v === "object" ? [v.source, v.target, v.read_only ? "ro" : ""] : String(v).split(":");
+    return { src, dst, ro: String(mode ?? "").split(",").includes("ro"), named: !(src.startsWith(".") || src.startsWith("/")) };
+  });
+  const commandText = (s) => [s.entrypoint, s.command].flatMap((x) => (Array.isArray(x) ? x : x ? [x] : [])).join(" ");
+  const credentials = credentialLedger(`${where}: credentials`);
+  // A credential file a service reads: in a named volume mounted read-only, which a one-shot service
+  // it waits for writes (the file named in that service's command).
+  const credentialFile = (name, s, file, cred, by) => {
+    const sw = `${where}: service ${name}`;
+    const m = mountsOf(s).filter((x) => file.startsWith(x.dst.replace(/\/?$/, "/"))).sort((a, b) => b.dst.length - a.dst.length)[0];
+    if (!m) return fail(sw, `${by}: ${file} is on no mounted volume`);
+    if (!m.named) return fail(sw, `${by}: ${file} is in ${m.src}, a host folder: generate it into a named volume`);
+    if (!m.ro) return fail(sw, `${by}: volume ${m.src} is mounted read-write; mount credentials :ro`);
+    const relPath = path.posix.relative(m.dst, file);
+    const writers = Object.entries(services).filter(([n, o]) => n !== name && mountsOf(o).some((x) => x.src === m.src && !x.ro));
+    if (writers.length === 0) return fail(sw, `${by}: nothing writes the volume ${m.src}`);
+    for (const [wn, wo] of writers) {
+      const wm = mountsOf(wo).find((x) => x.src === m.src && !x.ro);
+      if (!oneShot(wn)) fail(sw, `${by}: ${wn} writes the volume ${m.src} but is not a one-shot service`);
+      if (dependsOn(s)[wn]?.condition !== "service_completed_successfully") fail(sw, `${by}: waits not for ${wn} to write ${relPath} (depends_on: service_completed_successfully)`);
+      if (!commandText(wo).includes(path.posix.join(wm.dst, relPath))) fail(`${where}: service ${wn}`, `does not make ${path.posix.join(wm.dst, relPath)} (${by} of ${name})`);
+    }
+    credentials.add(cred, `volume ${m.src} file ${relPath}`, `${name} (${by})`);
+  };
   for (const [name, s] of Object.entries(services)) {
     const sw = `${where}: service ${name}`;
     if (!s.image && !s.build) fail(sw, "has neither image nor build");
@@ -578,7 +1012,7 @@ function checkCompose(composeConfigs) {
       const expected = Object.entries(IMAGES).find(([, v]) => path.resolve(ROOT, v.dockerfile) === dockerfile)?.[0];
       if (expected && imageName(s.image ?? "") !== expected) fail(sw, `builds ${rel(dockerfile)} but names the image ${s.image} (the manifests use ${expected})`);
     }
-    if (!s.healthcheck?.test && !(s.image && imageName(s.image) in IMAGES)) fail(sw, "has no healthcheck");
+    if (!s.healthcheck?.test && !(s.image && imageName(s.image) in IMAGES) && !oneShot(name)) fail(sw, "has no healthcheck");
     for (const v of s.volumes ?? []) {
       const [src, dst] = typeof v === "object" ? [v.source, v.target] : String(v).split(":");
       if (src.startsWith(".") || src.startsWith("/")) {
@@ -605,6 +1039,13 @@ function checkCompose(composeConfigs) {
     const key = path.basename(mounted.host);
     if (path.dirname(mounted.host) !== path.join(ROOT, "deploy/config")) fail(sw, `mounts its config from ${rel(mounted.host)}, not deploy/config`);
     composeConfigs.add(key);
+    const config = readYaml(mounted.host);
+    const comp = image === "kforge-coordinator" ? "coordinator" : image === "kforge-llm-proxy" ? "llm-proxy" : "worker";
+    for (const [k, cred] of CREDENTIAL_FILES[comp]) {
+      const file = configValue(config, k);
+      if (typeof file !== "string" || !file) fail(sw, `${key}: ${k} is not set (the ${cred})`);
+      else credentialFile(name, s, file, cred, k);
+    }
     const facts = configFacts(readYaml(mounted.host));
     const ports = containerPorts(s);
     for (const [what, hp] of [["server.listen", facts.listen], ["server.metrics_listen", facts.metrics]]) {
@@ -628,6 +1069,20 @@ function checkCompose(composeConfigs) {
       if (listens !== null && listens !== peer.port) fail(sw, `${key}: ${what} uses port ${peer.port}, ${peer.host} listens on ${listens}`);
     }
   }
+  // Redis asks for the generated password, and its health check authenticates.
+  for (const [name, s] of Object.entries(services)) {
+    // The Redis server (the redis image also serves as a shell for the credentials service).
+    if (imageName(s.image ?? "") !== "redis" || (s.entrypoint && !commandText(s).includes("redis-server"))) continue;
+    const sw = `${where}: service ${name}`;
+    const m = commandText(s).match(/--requirepass\s+\S*?\$\(cat\s+([^)\s]+)\)/);
+    if (!m) fail(sw, "Redis runs without --requirepass \"$(cat FILE)\" (the generated password)");
+    else credentialFile(name, s, m[1].replace(/["']/g, ""), "redis-password", "--requirepass");
+    const test = [s.healthcheck?.test ?? []].flat().join(" ");
+    if (!/REDISCLI_AUTH=|redis-cli\s.*-a\s/.test(test)) fail(sw, "its healthcheck runs redis-cli without the password (REDISCLI_AUTH): it gets NOAUTH");
+    if (!test.includes("PONG")) fail(sw, "its healthcheck must check the reply is PONG (redis-cli exits 0 on NOAUTH)");
+  }
+  credentials.check(["redis-password", "llm-proxy-token", "worker-token"]);
+
   // Prometheus' static targets are the compose services' metrics ports.
   const prom = services.prometheus;
   const promMount = (prom?.volumes ?? []).map((v) => String(v).split(":")).find(([, dst]) => dst === "/etc/prometheus/prometheus.yml");
@@ -692,7 +1147,17 @@ checkCompose(composeConfigs);
 checkConfigFiles();
 // Every deploy/config file is used by compose or the manifests, and the README names the Secrets.
 for (const f of fs.readdirSync(path.join(ROOT, "deploy/config"))) if (!composeConfigs.has(f)) fail(`deploy/config/${f}`, "used neither by compose nor by the Kubernetes manifests");
+// Every worker config the cluster uses jails its sandboxes or does not start.
+for (const d of ["deploy/config", "deploy/k8s/base/config"]) {
+  for (const f of fs.readdirSync(path.join(ROOT, d)).filter((x) => x.endsWith("worker.yaml"))) {
+    if (configValue(readYaml(path.join(ROOT, d, f)), "sandbox.require_jail") !== true) fail(`${d}/${f}`, "set sandbox.require_jail: true");
+  }
+}
 const readme = fs.readFileSync(path.join(ROOT, "deploy/README.md"), "utf8");
+for (const [what, text] of [["the namespace Prometheus runs in", `namespace \`${PROMETHEUS.ns}\``],
+                            ["the label of the Prometheus pods", Object.entries(PROMETHEUS.labels).map(([k, v]) => `${k}: ${v}`)[0]]]) {
+  if (!readme.replace(/\s+/g, " ").includes(text)) fail("deploy/README.md", `does not name ${what} the NetworkPolicies admit (${text})`);
+}
 for (const s of Object.keys(EXTERNAL_SECRETS)) if (!readme.includes(s)) fail("deploy/README.md", `does not tell how to create the Secret ${s}`);
 
 if (failures.length) {
