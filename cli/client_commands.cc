@@ -1,7 +1,10 @@
 #include "cli/client_commands.h"
 
+#include <stdlib.h>
+
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
@@ -9,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/import_command.h"
 #include "cli/problem_files.h"
 #include "cli/progress_lines.h"
 #include "cli/report.h"
@@ -22,6 +26,30 @@
 namespace kforge::cli {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A folder of its own under TMPDIR, removed with the object.
+class TempFolder {
+ public:
+  TempFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    path_ = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/kforge-import-XXXXXX";
+    if (mkdtemp(path_.data()) == nullptr) path_ = "kforge-import";
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -122,11 +150,25 @@ int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
   int rc = 0;
   auto client = Connect(kCmd, client_args, &rc);
   if (!client.ok()) return rc;
+  // A PyTorch module file is imported here (its Python runs in the local jailed process, never on
+  // the coordinator), into a folder beside nothing of the user's: the submit sends that folder.
+  std::string problem_dir = args.problem_dir;
+  std::optional<TempFolder> imported_into;
+  if (IsModuleFile(args.problem_dir)) {
+    imported_into.emplace();
+    ImportArgs ia{.file = args.problem_dir, .backend = args.backend, .sets = args.sets, .fit = args.fit,
+                  .out_dir = imported_into->path(), .force = true, .quiet = true};
+    auto imported = ImportModule(ia);
+    if (!imported.ok()) return BadInput(kCmd, imported.status().message());
+    std::cout << "imported " << args.problem_dir << " (sizes " << imported->sizes << "; seed: "
+              << (imported->family.empty() ? "none, a model writes the kernels" : imported->family) << ")\n";
+    problem_dir = imported->dir;
+  }
   // The checks of `kforge validate` and `kforge run`, here: a refused folder costs no round trip.
-  auto problem = LoadProblem(args.problem_dir);
+  auto problem = LoadProblem(problem_dir);
   if (!problem.ok()) return BadInput(kCmd, problem.status().message());
   if (auto summary = SummariseProblem(*problem); !summary.ok()) {
-    return BadInput(kCmd, absl::StrCat(args.problem_dir, ": ", summary.status().message()));
+    return BadInput(kCmd, absl::StrCat(problem_dir, ": ", summary.status().message()));
   }
   if (args.budget <= 0 && args.time_seconds <= 0 && args.target <= 0 && args.patience <= 0) {
     return BadInput(kCmd, "give a budget: --budget N, --time S, --target X or --patience N");
@@ -134,7 +176,7 @@ int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
   if (args.budget < 0 || args.time_seconds < 0 || args.target < 0 || args.patience < 0) {
     return BadInput(kCmd, "--budget, --time, --target and --patience must not be negative");
   }
-  auto files = ReadProblemFiles(args.problem_dir);
+  auto files = ReadProblemFiles(problem_dir);
   if (!files.ok()) return BadInput(kCmd, files.status().message());
 
   v1::SubmitJobRequest req;
@@ -300,7 +342,8 @@ int BestCommand(const ClientArgs& client_args, const std::string& job_id,
     std::cerr << "kforge best: " << w.message() << "\n";
     return 1;
   }
-  std::cout << absl::StrFormat("%s: best %s, candidate %s (%s)\n", job_id, SpeedupText(speedup), best.id(),
+  std::cout << absl::StrFormat("%s: best %s%s, candidate %s (%s)\n", job_id, SpeedupText(speedup),
+                               BaselineText(problem, resp.best().result()), best.id(),
                                ParamsText(best));
   if (!speedup.note.empty()) std::cout << "note: " << speedup.note << "\n";
   std::string files;
@@ -381,7 +424,8 @@ void ClientCommands::Register(CLI::App& app) {
   submit_cmd_ =
       app.add_subcommand("submit", "submit a problem folder as a job to a kforge-coordinator");
   submit_cmd_
-      ->add_option("PROBLEM_DIR", submit_.problem_dir, "problem folder (problem.yaml + sources)")
+      ->add_option("PROBLEM_DIR", submit_.problem_dir,
+                   "problem folder (problem.yaml + sources), or a PyTorch module file (FILE.py) to import")
       ->required();
   submit_cmd_->add_option("--budget", submit_.budget,
                           "evaluations, the seed included (0 = no limit)");
@@ -391,6 +435,10 @@ void ClientCommands::Register(CLI::App& app) {
   submit_cmd_->add_option("--priority", submit_.priority,
                           "higher runs first when the fleet is contended");
   submit_cmd_->add_option("--target", submit_.target, "stop once this speedup is reached");
+  submit_cmd_->add_option("--set", submit_.sets, "with FILE.py: NAME=VALUE, a module constant (a size), repeatable");
+  submit_cmd_->add_option("--fit", submit_.fit,
+                          "with FILE.py: halve the largest constants until every tensor holds at most N elements");
+  submit_cmd_->add_option("--backend", submit_.backend, "with FILE.py: opencl or cuda (default opencl)");
   submit_cmd_->add_option("--patience", submit_.patience,
                           "stop after N evaluations without improvement");
   submit_cmd_

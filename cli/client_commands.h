@@ -30,6 +30,10 @@ struct SubmitArgs {
   std::string idempotency_key;
   bool fresh = false;  // measure every candidate; no earlier job's evaluation is reused
   bool watch = false;
+  // A PyTorch module file instead of a folder: imported first (kforge import) with these.
+  std::vector<std::string> sets;
+  int64_t fit = 0;
+  std::string backend = "opencl";
 };
 
 struct ListArgs {

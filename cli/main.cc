@@ -8,7 +8,9 @@
 #include "cli/client_commands.h"
 #include "cli/eval_command.h"
 #include "cli/health_command.h"
+#include "cli/import_command.h"
 #include "cli/run_command.h"
+#include "cli/suite_command.h"
 #include "cli/validate_command.h"
 #include "common/host_memory.h"
 #include "common/problem_loader.h"
@@ -60,7 +62,11 @@ int main(int argc, char** argv) {
 
   kforge::cli::RunArgs run_args;
   auto* run = app.add_subcommand("run", "optimise a problem embedded: coordinator, workers and mutator in this process");
-  run->add_option("PROBLEM_DIR", run_args.problem_dir, "problem folder")->required();
+  run->add_option("PROBLEM_DIR", run_args.problem_dir, "problem folder, or a PyTorch module file (FILE.py) to import")
+      ->required();
+  run->add_option("--set", run_args.sets, "with FILE.py: NAME=VALUE, a module constant (a size), repeatable");
+  run->add_option("--fit", run_args.fit, "with FILE.py: halve the largest constants until every tensor holds at most N elements");
+  run->add_option("--backend", run_args.backend, "with FILE.py: opencl or cuda (default opencl)");
   run->add_option("--budget", run_args.budget, "evaluations, the seed included (0 = no limit)");
   run->add_option("--time", run_args.time_seconds, "wall-clock budget in seconds");
   run->add_option("--seed", run_args.seed, "random seed: the same seed gives the same search");
@@ -108,6 +114,41 @@ int main(int argc, char** argv) {
   run->add_option("--queue", run_args.queue,
                   "work queue: redis://host:port[/db] for Redis Streams (default: in-process)");
 
+  kforge::cli::ImportArgs import_args;
+  auto* import = app.add_subcommand("import", "write a problem folder from a PyTorch module (KernelBench's format)");
+  import->add_option("FILE", import_args.file, "the module file (class Model, get_inputs, get_init_inputs)")->required();
+  import->add_option("--out", import_args.out_dir, "problem folder to write (default: the file's name)");
+  import->add_option("--backend", import_args.backend, "opencl or cuda (default opencl)");
+  import->add_option("--set", import_args.sets, "NAME=VALUE: a module constant (a size), repeatable");
+  import->add_option("--fit", import_args.fit,
+                     "halve the largest constants not --set until every tensor holds at most N elements")
+      ->check(CLI::NonNegativeNumber);
+  import->add_flag("--force", import_args.force, "write into a folder that is not empty");
+  import->add_option("--max-elements", import_args.max_elements,
+                     "refuse a module with an input, output or parameter of more elements (default 2^26)")
+      ->check(CLI::PositiveNumber);
+  import->add_option("--timeout", import_args.timeout_seconds,
+                     "seconds the module may take to import and run once (default 600)")
+      ->check(CLI::PositiveNumber);
+
+  kforge::cli::SuiteArgs suite_args;
+  auto* suite = app.add_subcommand("suite", "optimise many problems (PyTorch module files or folders) and report "
+                                            "KernelBench's figures: correct, fast_1, geometric-mean speedup");
+  suite->add_option("PATHS", suite_args.paths, "module files, folders of them, or problem folders")->required();
+  suite->add_option("--budget", suite_args.run.budget, "evaluations per problem (default 100)");
+  suite->add_option("--time", suite_args.run.time_seconds, "wall-clock budget per problem, seconds");
+  suite->add_option("--seed", suite_args.run.seed, "random seed");
+  suite->add_option("--workers", suite_args.run.workers, "evaluations in parallel");
+  suite->add_option("--out", suite_args.out_dir, "folder for each problem's run and suite.json (default kforge-suite)");
+  suite->add_option("--db", suite_args.run.db, "database for the runs (default: OUT/suite.db)");
+  suite->add_option("--set", suite_args.run.sets, "NAME=VALUE for every module that has the constant");
+  suite->add_option("--fit", suite_args.run.fit, "halve each module's constants until tensors hold at most N elements");
+  suite->add_option("--backend", suite_args.run.backend, "opencl or cuda (default opencl)");
+  suite->add_option("--timeout", suite_args.run.timeout_seconds, "wall-clock limit per sandboxed run, seconds");
+  suite->add_option("--finalists", suite_args.run.finalists, "finalists re-measured per problem (default 3)");
+  suite->add_option("--llm", suite_args.run.llm_config, "LLM providers YAML (problems with no template need one)");
+  suite->add_flag("--json", suite_args.json, "print the figures and the table as JSON");
+
   kforge::cli::HealthArgs health_args;
   auto* health = app.add_subcommand("health", "ask a kforge service whether it serves (gRPC health check)");
   health->add_option("--server", health_args.server, "the service's gRPC host:port (default 127.0.0.1:7070)");
@@ -131,6 +172,11 @@ int main(int argc, char** argv) {
   }
   if (*validate) return Validate(validate_dir);
   if (*eval) return kforge::cli::RunEval(eval_args);
+  if (*import) return kforge::cli::RunImport(import_args);
+  if (*suite) {
+    if (suite_args.run.db == "kforge.db") suite_args.run.db = suite_args.out_dir + "/suite.db";
+    return kforge::cli::RunSuite(suite_args);
+  }
   if (*run) return kforge::cli::RunJob(run_args);
   if (*health) return kforge::cli::HealthCommand(health_args);
   if (auto rc = client_commands.Run()) return *rc;

@@ -101,7 +101,37 @@ std::string SpeedupText(const ReportedSpeedup& s) {
                          s.rounds);
 }
 
+std::string BaselineText(const v1::Problem& p, const v1::EvaluationResult& r) {
+  if (!p.reference().has_pytorch()) return "";
+  const v1::DeviceInfo& d = r.device();
+  std::string out = absl::StrCat(" over PyTorch eager (torch ", d.torch_version().empty() ? "?" : d.torch_version(),
+                                 ", ", d.torch_device().empty() ? "?" : d.torch_device(), ")");
+  if (r.speedup_compiled() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("; over torch.compile %.3fx", r.speedup_compiled()));
+  } else {
+    absl::StrAppend(&out, d.torch_compile() ? "; torch.compile not measured" : "; torch.compile: not in this torch");
+  }
+  return out;
+}
+
 namespace {
+
+// A PyTorch reference's baselines in best.json and report.json: over eager (the reported speedup)
+// and over torch.compile where measured, and how eager was timed.
+void AddBaselines(nlohmann::json& j, const v1::Problem& p, const v1::EvaluationResult& r, double speedup) {
+  if (!p.reference().has_pytorch()) return;
+  j["speedup_over_eager"] = speedup;
+  j["speedup_over_compile"] = r.speedup_compiled() > 0 ? nlohmann::json(r.speedup_compiled()) : nlohmann::json();
+  j["baseline"] = {{"kind", "pytorch"},
+                   {"torch", r.device().torch_version()},
+                   {"device", r.device().torch_device()},
+                   {"compile_available", r.device().torch_compile()},
+                   {"timed", "forward() under torch.no_grad(), as a warmed-up process runs it: the same inputs, "
+                             "memory reused (jemalloc with its decay off), on the worker's device"}};
+  if (r.device().torch_device() == "cpu") {
+    j["baseline"]["note"] = "CPU figures at scaled sizes: not comparable with published GPU numbers";
+  }
+}
 
 // The best's id and reported speedup, as best.json and report.json's "best" give them.
 nlohmann::json SpeedupJson(const std::string& candidate_id, const ReportedSpeedup& s) {
@@ -128,6 +158,7 @@ absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v
   }
   nlohmann::json bj = SpeedupJson(b.id(), speedup);
   if (speedup.confirmed) bj["first_speedup"] = result.speedup();
+  AddBaselines(bj, p, result, speedup.speedup);
   bj["params"] = ToJson(b)["params"];
   v1::LaunchPlan plan = b.plan();
   if (plan.launches().empty()) {
@@ -223,8 +254,10 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
   }
   report["top"] = top;
   if (job.has_best()) {
-    report["best"] = SpeedupJson(job.best().id(), ReportedSpeedupOf(job, job.best(), job.best_result()));
+    const ReportedSpeedup s = ReportedSpeedupOf(job, job.best(), job.best_result());
+    report["best"] = SpeedupJson(job.best().id(), s);
     report["best"]["first_speedup"] = job.best_result().speedup();
+    AddBaselines(report["best"], p, job.best_result(), s.speedup);
   }
   report["best_so_far"] = curve;
 
@@ -240,7 +273,8 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
     const v1::Candidate& b = job.best();
     const ParamAssignment params(b.params().begin(), b.params().end());
     const ReportedSpeedup s = ReportedSpeedupOf(job, b, job.best_result());
-    absl::StrAppend(&md, "- best speedup: **", SpeedupText(s), "** over the reference",
+    absl::StrAppend(&md, "- best speedup: **", SpeedupText(s), "**",
+                    p.reference().has_pytorch() ? BaselineText(p, job.best_result()) : " over the reference",
                     " (candidate `", b.id(), "`, params ", params.empty() ? "none" : FormatParams(params), ")\n");
     if (s.confirmed) {
       absl::StrAppend(&md, absl::StrFormat("  - its own evaluation had measured %.3fx\n", job.best_result().speedup()));

@@ -32,6 +32,10 @@ ReportedSpeedup ReportedSpeedupOf(const v1::Job& job, const v1::Candidate& best,
 // "1.234x" or "1.234x (95% interval 1.20-1.27x, 9 side-by-side rounds)".
 std::string SpeedupText(const ReportedSpeedup& s);
 
+// What a speedup is over: "" for a kernel reference; for a PyTorch module " over PyTorch eager
+// (torch 1.13, cpu); over torch.compile 1.10x" (or why that is not measured).
+std::string BaselineText(const v1::Problem& problem, const v1::EvaluationResult& result);
+
 // The best candidate's files, as `kforge run --out` writes them: best.cl / best.cu (not for a
 // replay problem: it has no source) and best.json (candidate id, speedup with its interval,
 // params, launch plan, timings). Creates out_dir.

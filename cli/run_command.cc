@@ -1,5 +1,9 @@
 #include "cli/run_command.h"
 
+#include <filesystem>
+
+#include "cli/import_command.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -58,7 +62,26 @@ std::string Counts(const std::map<std::string, int64_t>& counts) {
 
 }  // namespace
 
-int RunJob(const RunArgs& args) {
+int RunJob(const RunArgs& given) {
+  RunArgs args = given;
+  // A PyTorch module file is imported first (kforge import), into the output folder.
+  if (IsModuleFile(args.problem_dir)) {
+    ImportArgs ia{.file = args.problem_dir, .backend = args.backend, .sets = args.sets, .fit = args.fit,
+                  .out_dir = (std::filesystem::path(args.out_dir.empty() ? "." : args.out_dir) / "problem").string(),
+                  .force = true, .quiet = true};
+    auto imported = ImportModule(ia);
+    if (!imported.ok()) {
+      if (absl::IsInvalidArgument(imported.status())) return BadInput(std::string(imported.status().message()));
+      std::cerr << "kforge run: " << imported.status().message() << "\n";
+      return 1;
+    }
+    if (!args.quiet) {
+      std::cout << "imported " << args.problem_dir << " -> " << imported->dir << " (sizes " << imported->sizes
+                << "; seed: " << (imported->family.empty() ? "none, a model writes the kernels" : imported->family)
+                << ")\n";
+    }
+    args.problem_dir = imported->dir;
+  }
   auto problem = LoadProblem(args.problem_dir);
   if (!problem.ok()) return BadInput(std::string(problem.status().message()));
   // The checks of `kforge validate`: a folder it refuses is refused here with the same exit code.
@@ -312,13 +335,14 @@ int RunJob(const RunArgs& args) {
                                         job->progress().outcome_counts().end());
   const ReportedSpeedup best = job->has_best() ? ReportedSpeedupOf(*job, job->best(), job->best_result())
                                                : ReportedSpeedup{.speedup = job->progress().best_speedup()};
-  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %s; %s\n", job_id,
+  const std::string baseline = job->has_best() ? BaselineText(*problem, job->best_result()) : "";
+  std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %s%s; %s\n", job_id,
                                job->state() == v1::JOB_STATE_COMPLETED   ? "completed"
                                : job->state() == v1::JOB_STATE_INTERRUPTED ? "stopped"
                                : job->state() == v1::JOB_STATE_CANCELLED   ? "cancelled"
                                                                            : "failed",
                                job->state_reason(), job->progress().evaluations(),
-                               job->progress().elapsed_seconds(), SpeedupText(best), Counts(counts));
+                               job->progress().elapsed_seconds(), SpeedupText(best), baseline, Counts(counts));
   if (!best.note.empty()) std::cout << "note: " << best.note << "\n";
   if (const int64_t reused = job->progress().reused(); reused > 0) {
     std::cout << reused << " of the evaluations were reused from earlier jobs in " << db_shown

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cli/eval_command.h"
 #include "common/tls.h"
@@ -37,6 +38,10 @@ struct RunArgs {
   int confirm_every = 100;     // ... and every this many evaluations; 0 = at the end only
   bool fresh = false;          // measure every candidate; no earlier job's evaluation is reused
   std::string cache_dir = DefaultCacheDir();  // the runtimes' kernel caches; "" = none kept
+  // A PyTorch module file (FILE.py) instead of a folder: imported (kforge import) with these.
+  std::vector<std::string> sets;
+  int64_t fit = 0;
+  std::string backend = "opencl";
 };
 
 // The embedded mode: coordinator, workers and mutator in this process, SQLite store, in-process

@@ -23,4 +23,8 @@ absl::string_view RoleName(v1::BufferRole role);
 absl::string_view OutcomeName(int outcome);  // v1::Outcome; "ok", "wrong_answer", ...
 absl::string_view StageName(int stage);      // v1::Stage; "screen", "compile", ...
 
+// How a worker's answer to an item it will not run begins (an OUTCOME_REJECTED result): the
+// coordinator fails a job whose seed no worker will run.
+inline constexpr absl::string_view kRefusedByWorker = "refused by worker ";
+
 }  // namespace kforge

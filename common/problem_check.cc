@@ -41,7 +41,15 @@ class Checker {
     KF_RETURN_IF_ERROR(Scalars());
     KF_RETURN_IF_ERROR(Buffers());
     KF_RETURN_IF_ERROR(CheckTolerances());
-    KF_RETURN_IF_ERROR(Kernel("reference", p_.reference(), /*is_seed=*/false));
+    if (p_.reference().has_pytorch()) {
+      KF_RETURN_IF_ERROR(Torch());
+      // Without a seed, the job's first kernels come from a model.
+      if (p_.seed().source().empty() && p_.seed().launches().empty() && p_.seed().params().empty()) {
+        return absl::OkStatus();
+      }
+    } else {
+      KF_RETURN_IF_ERROR(Kernel("reference", p_.reference(), /*is_seed=*/false));
+    }
     return Kernel("seed", p_.seed(), /*is_seed=*/true);
   }
 
@@ -220,10 +228,93 @@ class Checker {
         if (!(f.a() <= f.b()) || std::fabs(f.a()) > 9e15 || std::fabs(f.b()) > 9e15) {
           return Bad(ff, "randint(a, b) needs a <= b, both within +-9e15");
         }
+        if (!f.a_expr().empty()) KF_RETURN_IF_ERROR(Expression(absl::StrCat(ff, ".a"), f.a_expr()));
+        if (!f.b_expr().empty()) KF_RETURN_IF_ERROR(Expression(absl::StrCat(ff, ".b"), f.b_expr()));
+        return absl::OkStatus();
+      case v1::Fill::KIND_MODULE:
+        if (!p_.reference().has_pytorch()) return Bad(ff, "fill: module needs a PyTorch reference");
+        if (b.role() != v1::BUFFER_ROLE_IN) return Bad(ff, "fill: module is for in buffers");
         return absl::OkStatus();
       default:
         return Bad(ff, absl::StrCat("unknown fill kind ", static_cast<int>(f.kind())));
     }
+  }
+
+  // A PyTorch reference: its module text, and every name it uses one of the problem's with the
+  // right role: forward's inputs are in-buffers or scalars, its outputs out-buffers, its state
+  // in-buffers filled from the module, its constants sizes; and no buffer that is none of these.
+  absl::Status Torch() {
+    const v1::TorchReference& t = p_.reference().pytorch();
+    const std::string where = "reference.pytorch";
+    if (!p_.reference().source().empty() || !p_.reference().launches().empty()) {
+      return Bad("reference", "a PyTorch reference has no kernel source or launches of its own");
+    }
+    if (p_.backend() == v1::BACKEND_REPLAY) return Bad(where, "a replay problem has no reference");
+    KF_RETURN_IF_ERROR(Text(absl::StrCat(where, ".source_file"), t.source_file(), 4096));
+    KF_RETURN_IF_ERROR(Text(absl::StrCat(where, ".source"), t.source(), lim_.max_source_bytes));
+    if (t.source().empty()) return Bad(absl::StrCat(where, ".source"), "is empty");
+    if (t.source().find('\0') != std::string::npos) return Bad(absl::StrCat(where, ".source"), "contains a NUL byte");
+    absl::flat_hash_map<std::string, const v1::Buffer*> buffers;
+    for (const auto& b : p_.buffers()) buffers[b.name()] = &b;
+    absl::flat_hash_map<std::string, bool> scalars;
+    for (const auto& s : p_.scalars()) scalars[s.name()] = true;
+    absl::flat_hash_map<std::string, std::string> used;  // buffer -> its part in the reference
+    auto use = [&](const std::string& field, const std::string& name, const char* part) -> absl::Status {
+      KF_RETURN_IF_ERROR(Name(field, name));
+      if (!used.emplace(name, part).second) {
+        return Bad(field, absl::StrCat("'", name, "' is already the reference's ", used[name]));
+      }
+      return absl::OkStatus();
+    };
+    if (t.inputs_size() > lim_.max_buffers + lim_.max_scalars || t.outputs_size() > lim_.max_buffers) {
+      return Bad(where, "too many inputs or outputs");
+    }
+    for (int i = 0; i < t.inputs_size(); ++i) {
+      const std::string field = absl::StrCat(where, ".inputs[", i, "]");
+      KF_RETURN_IF_ERROR(use(field, t.inputs(i), "input"));
+      auto b = buffers.find(t.inputs(i));
+      if (b == buffers.end()) {
+        if (!scalars.contains(t.inputs(i))) return Bad(field, absl::StrCat("no buffer or scalar '", t.inputs(i), "'"));
+        continue;
+      }
+      if (b->second->role() == v1::BUFFER_ROLE_OUT) return Bad(field, "an input of forward cannot be an out buffer");
+      if (b->second->fill().kind() == v1::Fill::KIND_MODULE) return Bad(field, "an input of forward is not module state");
+    }
+    if (t.outputs().empty()) return Bad(absl::StrCat(where, ".outputs"), "forward gives no output");
+    for (int i = 0; i < t.outputs_size(); ++i) {
+      const std::string field = absl::StrCat(where, ".outputs[", i, "]");
+      KF_RETURN_IF_ERROR(use(field, t.outputs(i), "output"));
+      auto b = buffers.find(t.outputs(i));
+      if (b == buffers.end() || b->second->role() != v1::BUFFER_ROLE_OUT) {
+        return Bad(field, absl::StrCat("no out buffer '", t.outputs(i), "'"));
+      }
+    }
+    for (const auto& [buf, key] : t.state()) {
+      const std::string field = absl::StrCat(where, ".state.", buf.size() <= 64 ? buf : "?");
+      KF_RETURN_IF_ERROR(use(field, buf, "state"));
+      KF_RETURN_IF_ERROR(Text(field, key, 1024));
+      auto b = buffers.find(buf);
+      if (b == buffers.end() || b->second->role() != v1::BUFFER_ROLE_IN || b->second->fill().kind() != v1::Fill::KIND_MODULE) {
+        return Bad(field, absl::StrCat("'", buf, "' must be an in buffer with fill: module"));
+      }
+    }
+    for (const auto& b : p_.buffers()) {
+      if (!used.contains(b.name())) {
+        return Bad(where, absl::StrCat("buffer '", b.name(), "' is not an input, output or state of the module"));
+      }
+    }
+    if (t.size_constants_size() > 256) return Bad(absl::StrCat(where, ".constants"), "more than 256");
+    for (const auto& c : t.size_constants()) {
+      if (!p_.size_sets(0).sizes().contains(c)) {
+        return Bad(absl::StrCat(where, ".constants"), absl::StrCat("'", c, "' is not a size"));
+      }
+    }
+    if (t.fixed_constants_size() > 256) return Bad(absl::StrCat(where, ".fixed"), "more than 256");
+    for (const auto& [k, v] : t.fixed_constants()) {
+      KF_RETURN_IF_ERROR(Name(absl::StrCat(where, ".fixed"), k));
+      if (!std::isfinite(v)) return Bad(absl::StrCat(where, ".fixed.", k), "must be finite");
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckTolerances() {

@@ -22,6 +22,7 @@
 #include "common/expr.h"
 #include "common/hash.h"
 #include "common/kt_cache.h"
+#include "common/launch.h"
 #include "common/param_space.h"
 #include "common/problem_check.h"
 #include "common/problem_loader_internal.h"
@@ -69,9 +70,17 @@ absl::StatusOr<v1::Problem> Loader::Load() {
     KF_RETURN_IF_ERROR(LoadScalars(root.Child("scalars")));
     KF_RETURN_IF_ERROR(LoadBuffers(root.Child("buffers")));
     KF_RETURN_IF_ERROR(LoadCheck(root.Child("check")));
-    KF_RETURN_IF_ERROR(
-        LoadKernel(root.Child("reference"), /*is_seed=*/false, p_.mutable_reference()));
-    KF_RETURN_IF_ERROR(LoadKernel(root.Child("seed"), /*is_seed=*/true, p_.mutable_seed()));
+    const YamlNode reference = root.Child("reference");
+    const bool torch = reference.is_map() && reference.Child("pytorch").defined();
+    if (torch) {
+      KF_RETURN_IF_ERROR(LoadTorchReference(reference));
+    } else {
+      KF_RETURN_IF_ERROR(LoadKernel(reference, /*is_seed=*/false, p_.mutable_reference()));
+    }
+    // A PyTorch reference may come without a seed: a model writes the first kernels.
+    if (!torch || root.Child("seed").defined()) {
+      KF_RETURN_IF_ERROR(LoadKernel(root.Child("seed"), /*is_seed=*/true, p_.mutable_seed()));
+    }
     if (root.Child("replay").defined()) {
       return root.Child("replay").Error("only a replay problem (backend: replay) takes a cache");
     }
@@ -255,6 +264,10 @@ absl::Status Loader::ParseFill(const YamlNode& node, v1::Fill* fill) {
     fill->set_a(1);
     return absl::OkStatus();
   }
+  if (s == "module") {  // a PyTorch reference's state (checked with the reference)
+    fill->set_kind(v1::Fill::KIND_MODULE);
+    return absl::OkStatus();
+  }
   absl::string_view fn_view;
   absl::string_view arg_text;
   if (!SplitCall(s, &fn_view, &arg_text)) {
@@ -269,11 +282,22 @@ absl::Status Loader::ParseFill(const YamlNode& node, v1::Fill* fill) {
   }
   const std::string fn(fn_view);
   std::vector<double> args;
+  std::vector<std::string> exprs;  // randint's bounds may be expressions of the sizes
   for (absl::string_view part : absl::StrSplit(arg_text, ',')) {
     double d = 0;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(part), &d) || !std::isfinite(d)) {
+    const std::string text(absl::StripAsciiWhitespace(part));
+    if (fn == "randint" && !absl::SimpleAtod(text, &d)) {
+      KF_RETURN_IF_ERROR(CheckExpr(node, text, {NameKind::kSize}));
+      const Bindings env = MakeBindings(p_.size_sets(0), v1::KernelSpec(), {});
+      auto v = EvaluateExpr(text, env);
+      if (!v.ok()) return node.Error(absl::StrCat("fill ", Q(s), ": ", v.status().message()));
+      d = static_cast<double>(*v);
+      exprs.push_back(text);
+    } else if (!absl::SimpleAtod(text, &d) || !std::isfinite(d)) {
       return node.Error(
           absl::StrCat("bad number ", Q(part), " in fill ", Q(s), " (a finite number is needed)"));
+    } else {
+      exprs.emplace_back();
     }
     args.push_back(d);
     if (args.size() > 2) break;  // too many: reported below without reading the rest
@@ -299,6 +323,10 @@ absl::Status Loader::ParseFill(const YamlNode& node, v1::Fill* fill) {
   }
   fill->set_a(args[0]);
   if (want == 2) fill->set_b(args[1]);
+  if (exprs.size() == 2) {
+    fill->set_a_expr(exprs[0]);
+    fill->set_b_expr(exprs[1]);
+  }
   if ((fn == "uniform" || fn == "randint") && args[1] < args[0]) {
     return node.Error(absl::StrCat("fill ", Q(s), ": upper bound below lower bound"));
   }
@@ -468,6 +496,7 @@ absl::Status Loader::LoadReplay(const YamlNode& root) {
   if (!node.defined()) return node.Error("missing field (replay: {cache: FILE})");
   KF_RETURN_IF_ERROR(node.CheckKeys({"cache"}));
   KF_ASSIGN_OR_RETURN(std::string rel, node.Child("cache").AsString());
+  KF_RETURN_IF_ERROR(CheckInFolder(node.Child("cache"), rel, "cache file"));
   const fs::path path = fs::absolute(fs::path(dir_) / rel);
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
@@ -540,7 +569,28 @@ namespace fs = std::filesystem;
 using loader_internal::Loader;
 }  // namespace
 
-absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir) { return Loader(dir).Load(); }
+absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir, const LoadOptions& options) {
+  return Loader(dir, options.confined).Load();
+}
+
+namespace loader_internal {
+
+absl::Status Loader::CheckInFolder(const YamlNode& node, const std::string& rel, absl::string_view what) const {
+  if (!confined_) return absl::OkStatus();
+  bool leaves = rel.empty() || rel.front() == '/' || rel.find('\\') != std::string::npos;
+  for (const auto& part : fs::path(rel)) leaves = leaves || part == "..";
+  if (leaves) {
+    return node.Error(absl::StrCat(what, " ", Q(rel),
+                                   " must name a file of the problem folder (a relative path without \"..\")"));
+  }
+  std::error_code ec;
+  if (fs::is_symlink(fs::path(dir_) / rel, ec)) {
+    return node.Error(absl::StrCat(what, " ", Q(rel), " is a symbolic link; send the file itself"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loader_internal
 
 absl::StatusOr<v1::Problem> ReplayProblemFromCache(const std::string& cache_path) {
   auto cache = LoadKtCache(cache_path);

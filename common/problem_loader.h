@@ -13,7 +13,15 @@ namespace kforge {
 
 inline constexpr int64_t kMaxSourceBytes = 1 << 20;
 
-[[nodiscard]] absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir);
+struct LoadOptions {
+  // Every file the problem names (sources, a replay cache) must be a file of its folder, named by
+  // a relative path without "..": a problem that arrived over the wire names no host path, and
+  // which host files exist is not revealed (a name that leaves the folder is refused before any
+  // file is looked at). Off for a user's own folder on their own machine.
+  bool confined = false;
+};
+
+[[nodiscard]] absl::StatusOr<v1::Problem> LoadProblem(const std::string& dir, const LoadOptions& options = {});
 
 // Reads a launch plan file (YAML with `launches:` and optional `scratch:`, in the seed's format)
 // for a candidate of `problem`; names are checked against the problem's sizes, buffers, scalars

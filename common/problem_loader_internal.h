@@ -96,7 +96,7 @@ inline absl::string_view KindName(NameKind k) {
 // line, column and field.
 class Loader {
  public:
-  explicit Loader(std::string dir) : dir_(std::move(dir)) {}
+  explicit Loader(std::string dir, bool confined = false) : dir_(std::move(dir)), confined_(confined) {}
   absl::StatusOr<v1::Problem> Load();
   // Parses a candidate's launch plan against an already loaded problem.
   absl::StatusOr<v1::LaunchPlan> LoadPlan(const v1::Problem& problem, const std::string& path,
@@ -126,7 +126,11 @@ class Loader {
                          const absl::flat_hash_set<std::string>& extra = {});
   absl::Status LoadCheck(const YamlNode& node);
   absl::StatusOr<std::string> ReadSource(const YamlNode& node);
+  // When confined (LoadOptions), `rel` must name a file inside the folder.
+  absl::Status CheckInFolder(const YamlNode& node, const std::string& rel, absl::string_view what) const;
   absl::Status LoadKernel(const YamlNode& node, bool is_seed, v1::KernelSpec* spec);
+  // `reference: {pytorch: FILE, ...}` (problem_loader_torch.cc).
+  absl::Status LoadTorchReference(const YamlNode& node);
   // Candidate-private buffers (a seed's or a launch plan file's); shapes may use params.
   absl::Status LoadScratch(const YamlNode& node,
                            google::protobuf::RepeatedPtrField<v1::ScratchBuffer>* out,
@@ -151,6 +155,7 @@ class Loader {
   absl::Status CheckLaunchValues(const YamlNode& node, const v1::Launch& launch,
                                  const Bindings& env, absl::string_view where);
   std::string dir_;
+  bool confined_ = false;
   std::string file_;
   v1::Problem p_;
   absl::flat_hash_map<std::string, NameKind> names_;

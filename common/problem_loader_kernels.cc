@@ -78,6 +78,7 @@ absl::StatusOr<v1::LaunchPlan> Loader::LoadPlan(const v1::Problem& problem, cons
 
 absl::StatusOr<std::string> Loader::ReadSource(const YamlNode& node) {
   KF_ASSIGN_OR_RETURN(std::string rel, node.AsString());
+  KF_RETURN_IF_ERROR(CheckInFolder(node, rel, "source file"));
   const fs::path path = fs::path(dir_) / rel;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {

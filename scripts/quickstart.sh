@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The README's first command: install, build, and optimise the OpenCL matmul example embedded
-# (on PoCL when there is no GPU).
+# (on PoCL when there is no GPU). The argument may be a problem folder or a PyTorch module file
+# in KernelBench's format (scripts/quickstart.sh examples/pytorch/rmsnorm.py), imported first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
 PROBLEM=${1:-examples/opencl/matmul}
-"$BUILD_DIR/cli/kforge" validate "$PROBLEM"
+if [ -d "$PROBLEM" ]; then "$BUILD_DIR/cli/kforge" validate "$PROBLEM"; fi
 if "$BUILD_DIR/cli/kforge" run --help >/dev/null 2>&1; then
   "$BUILD_DIR/cli/kforge" run "$PROBLEM" --budget "${BUDGET:-60}" --out "${OUT:-kforge-out}"
 elif "$BUILD_DIR/cli/kforge" eval --help >/dev/null 2>&1; then

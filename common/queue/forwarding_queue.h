@@ -21,6 +21,9 @@ class ForwardingWorkQueue : public WorkQueue {
   absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override {
     return inner_.ExtendLease(stream, item);
   }
+  absl::Status Release(const std::string& stream, const WorkItem& item) override {
+    return inner_.Release(stream, item);
+  }
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override {
     return inner_.Complete(stream, item, result);
   }

@@ -39,6 +39,14 @@ absl::Status LeaseExtendingQueue::Complete(const std::string& stream, const Work
   return inner_.Complete(stream, item, result);
 }
 
+absl::Status LeaseExtendingQueue::Release(const std::string& stream, const WorkItem& item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.erase(item.delivery_id);
+  }
+  return inner_.Release(stream, item);
+}
+
 void LeaseExtendingQueue::Close() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,7 +1,8 @@
 #pragma once
 
 // A WorkQueue decorator for workers: every item dequeued through it has its lease extended every
-// `interval_seconds` (lease / 3, say) by a background thread until the item is completed, so an
+// `interval_seconds` (lease / 3, say) by a background thread until the item is completed or
+// released, so an
 // evaluation may run longer than a (short) lease while a dead worker's item still comes back
 // within a lease. Every other call goes to the wrapped queue unchanged. Safe to call from any
 // thread; the wrapped queue must outlive it.
@@ -27,6 +28,7 @@ class LeaseExtendingQueue final : public ForwardingWorkQueue {
   absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
                                                   double timeout_seconds) override;
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
+  absl::Status Release(const std::string& stream, const WorkItem& item) override;
   void Close() override;
 
   // Items whose leases are being extended (for tests).

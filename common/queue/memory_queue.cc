@@ -16,7 +16,9 @@ constexpr auto kSlice = std::chrono::milliseconds(20);
 absl::Status MemoryWorkQueue::Enqueue(const std::string& stream, const v1::EvaluationRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::CancelledError("queue closed");
-  if (!queued_.insert(CandidateKey(request)).second) return absl::OkStatus();  // already queued or in flight
+  const std::string key = CandidateKey(request);
+  if (owed_.contains(key)) return absl::OkStatus();                 // its result is owed
+  if (!queued_.insert(key).second) return absl::OkStatus();  // already queued or in flight
   WorkItem item;
   item.request = request;
   streams_[stream].ready.push_back({std::move(item), clock_.MonotonicSeconds()});
@@ -25,8 +27,14 @@ absl::Status MemoryWorkQueue::Enqueue(const std::string& stream, const v1::Evalu
 }
 
 void MemoryWorkQueue::Publish(const v1::EvaluationResult& result) {
+  ++owed_[CandidateKey(result.job_id(), result.candidate_id())];
   results_[result.job_id()].ready.push_back(result);
   cv_.notify_all();
+}
+
+void MemoryWorkQueue::Settle(const std::string& job_id, const v1::EvaluationResult& result) {
+  auto it = owed_.find(CandidateKey(job_id, result.candidate_id()));
+  if (it != owed_.end() && --it->second <= 0) owed_.erase(it);
 }
 
 void MemoryWorkQueue::ReclaimExpired(Stream& s) {
@@ -87,6 +95,20 @@ absl::Status MemoryWorkQueue::ExtendLease(const std::string& stream, const WorkI
   return absl::FailedPreconditionError(absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
 }
 
+absl::Status MemoryWorkQueue::Release(const std::string& stream, const WorkItem& item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = streams_.find(stream);
+  if (s != streams_.end()) {
+    auto it = s->second.pending.find(item.delivery_id);
+    if (it != s->second.pending.end()) {
+      it->second.deadline = clock_.MonotonicSeconds();  // expired: the next look takes it
+      cv_.notify_all();
+      return absl::OkStatus();
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
+}
+
 absl::Status MemoryWorkQueue::Complete(const std::string& stream, const WorkItem& item,
                                        const v1::EvaluationResult& result) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -138,7 +160,10 @@ absl::Status MemoryWorkQueue::AckResult(const std::string& job_id, const std::st
   // An emptied job entry is erased: a long-lived process runs many jobs.
   auto it = results_.find(job_id);
   if (it == results_.end()) return absl::OkStatus();
-  it->second.unacked.erase(token);
+  if (auto u = it->second.unacked.find(token); u != it->second.unacked.end()) {
+    Settle(job_id, u->second.result);
+    it->second.unacked.erase(u);
+  }
   if (it->second.empty()) results_.erase(it);
   return absl::OkStatus();
 }
@@ -163,7 +188,11 @@ absl::Status MemoryWorkQueue::PurgeJob(const std::string& job_id) {
       }
     }
   }
-  results_.erase(job_id);
+  if (auto it = results_.find(job_id); it != results_.end()) {
+    for (const auto& r : it->second.ready) Settle(job_id, r);
+    for (const auto& [token, u] : it->second.unacked) Settle(job_id, u.result);
+    results_.erase(it);
+  }
   return absl::OkStatus();
 }
 

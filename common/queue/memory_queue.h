@@ -23,6 +23,7 @@ class MemoryWorkQueue final : public WorkQueue {
   absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
                                                   double timeout_seconds) override;
   absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override;
+  absl::Status Release(const std::string& stream, const WorkItem& item) override;
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override;
@@ -64,6 +65,8 @@ class MemoryWorkQueue final : public WorkQueue {
   void ReclaimExpired(Stream& s);
   // Requires mu_.
   void Publish(const v1::EvaluationResult& result);
+  // A published result of the job is no longer owed (acknowledged or purged). Requires mu_.
+  void Settle(const std::string& job_id, const v1::EvaluationResult& result);
 
   Clock& clock_;
   const WorkQueueOptions options_;
@@ -71,6 +74,7 @@ class MemoryWorkQueue final : public WorkQueue {
   std::condition_variable cv_;
   std::map<std::string, Stream> streams_;
   std::set<std::string> queued_;  // CandidateKey of every queued or in-flight item
+  std::map<std::string, int> owed_;  // CandidateKey -> its results published, not acknowledged
   std::map<std::string, JobResults> results_;
   std::map<std::string, std::pair<v1::WorkerStatus, double>> workers_;  // id -> (status, heard at)
   int64_t next_delivery_ = 1;

@@ -25,6 +25,7 @@ using redis_scripts::kExtendScript;
 using redis_scripts::kFinishScript;
 using redis_scripts::kForgetWorkerScript;
 using redis_scripts::kPurgeScript;
+using redis_scripts::kReleaseScript;
 using redis_scripts::kStatsScript;
 using redis_streams::EntryField;
 using redis_streams::FirstReadEntry;
@@ -62,7 +63,7 @@ RedisWorkQueue::RedisWorkQueue(RedisAddress address, RedisQueueOptions options, 
                              .socket_timeout_seconds = options_.io_timeout_seconds + kSliceSeconds,
                              .epoch_key = options_.key_prefix + "epoch"},
           {kForgetWorkerScript, kStatsScript, kAckScript, kEnqueueScript, kFinishScript,
-           kExtendScript, kPurgeScript},
+           kExtendScript, kReleaseScript, kPurgeScript},
           std::move(log)) {}
 
 RedisWorkQueue::~RedisWorkQueue() = default;

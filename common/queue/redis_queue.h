@@ -12,7 +12,9 @@
 //                      re-reads its pending results first.
 //   <p>p:<sha256>      a problem, stored once per job (and after a data loss): work entries carry
 //                      only its key, and a worker keeps the last few it read.
-//   <p>c:<candidate>   SET NX (with an expiry): Enqueue's idempotency key while queued or in flight.
+//   <p>c:<candidate>   Enqueue's idempotency key (with an expiry): the entry id while queued or in
+//                      flight, then "r:<result entry id>" while its result is owed (until
+//                      AckResult; each result entry names its candidate key in field "ck").
 //   <p>j:<job>         a hash of the job's queued entries (for PurgeJob).
 //   <p>workers         a hash of worker id -> "<unix ms>:<status>" (Heartbeat); entries older
 //                      than worker_ttl_seconds are dropped when listed.
@@ -72,6 +74,7 @@ class RedisWorkQueue final : public WorkQueue {
   absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string& stream, const std::string& consumer,
                                                   double timeout_seconds) override;
   absl::Status ExtendLease(const std::string& stream, const WorkItem& item) override;
+  absl::Status Release(const std::string& stream, const WorkItem& item) override;
   absl::Status Complete(const std::string& stream, const WorkItem& item, const v1::EvaluationResult& result) override;
   absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string& job_id,
                                                            double timeout_seconds) override;

@@ -17,6 +17,7 @@ namespace kforge {
 
 using redis_scripts::kExtendScript;
 using redis_scripts::kFinishScript;
+using redis_scripts::kReleaseScript;
 using redis_streams::EntryField;
 using redis_streams::FirstReadEntry;
 using redis_streams::kSliceSeconds;
@@ -202,6 +203,26 @@ absl::Status RedisWorkQueue::ExtendLease(const std::string& stream, const WorkIt
       {"EVAL", kExtendScript, "1", WorkKey(stream), kWorkers, id, absl::StrCat(deliveries)});
   if (!r.ok()) return r.status();
   if ((*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
+}
+
+absl::Status RedisWorkQueue::Release(const std::string& stream, const WorkItem& item) {
+  std::string id;
+  int deliveries = 0;
+  if (!ParseDeliveryId(item.delivery_id, &id, &deliveries)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed delivery id \"", item.delivery_id, "\""));
+  }
+  auto r = redis_.Command({"EVAL", kReleaseScript, "1", WorkKey(stream), kWorkers, id,
+                           absl::StrCat(deliveries), absl::StrCat(Millis(options_.queue.lease_seconds))});
+  if (!r.ok()) return r.status();
+  if ((*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1) {
+    // Look for expired leases at the next Dequeue, not a quarter lease from now.
+    std::lock_guard<std::mutex> lock(mu_);
+    last_claim_.erase(WorkKey(stream));
+    return absl::OkStatus();
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("lease ", item.delivery_id, " on ", stream, " is lost"));
 }

@@ -42,8 +42,18 @@ return out
 )lua";
 
 // AckResults: acknowledge and delete result entries, ARGV = group, ids... (a group lost with the
-// data is no error).
+// data is no error). A result's candidate key (its 'ck' field) that still marks this result as
+// owed is freed: the candidate may be queued again (it is stored now).
 inline constexpr char kAckScript[] = R"lua(
+for i = 2, #ARGV do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if #e == 1 then
+    local f = e[1][2]
+    for k = 1, #f, 2 do
+      if f[k] == 'ck' and redis.call('GET', f[k + 1]) == 'r:' .. ARGV[i] then redis.call('DEL', f[k + 1]) end
+    end
+  end
+end
 pcall(redis.call, 'XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 )lua";
@@ -62,19 +72,31 @@ return 1
 
 // Finish (complete or poison): KEYS = work stream, result stream, candidate key, job hash;
 // ARGV = entry id, result payload, group, delivery count. Only the current delivery acknowledges
-// and frees the candidate; the result is published either way.
+// the item; the result is published either way. The candidate key then marks the result as owed
+// ('r:' and its entry id) until the coordinator acknowledges it, so that a coordinator that
+// restarts before storing it does not queue the candidate again (it reads the result instead).
 inline constexpr char kFinishScript[] = R"lua(
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[3], ARGV[1], ARGV[1], 1)
 local current = type(p) == 'table' and p.err == nil and #p == 1 and tostring(p[1][4]) == ARGV[4]
 if current then
   redis.call('XACK', KEYS[1], ARGV[3], ARGV[1])
   redis.call('XDEL', KEYS[1], ARGV[1])
-  if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
   redis.call('HDEL', KEYS[4], ARGV[1] .. ' ' .. KEYS[1])
 end
-redis.call('XADD', KEYS[2], '*', 'res', ARGV[2])
+local rid = redis.call('XADD', KEYS[2], '*', 'res', ARGV[2], 'ck', KEYS[3])
+if current and redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('SET', KEYS[3], 'r:' .. rid, 'KEEPTTL') end
 if current then return 1 end
 return 0
+)lua";
+
+// Release: KEYS = work stream; ARGV = group, entry id, delivery count, lease ms. The current
+// delivery's lease is made to look expired (its idle time set to a whole lease), so the next
+// worker that looks for expired leases takes it; it counts as a delivery.
+inline constexpr char kReleaseScript[] = R"lua(
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if type(p) ~= 'table' or p.err ~= nil or #p ~= 1 or tostring(p[1][4]) ~= ARGV[3] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], p[1][2], 0, ARGV[2], 'IDLE', ARGV[4], 'JUSTID')
+return 1
 )lua";
 
 // ExtendLease: KEYS = work stream; ARGV = group, entry id, delivery count.
@@ -85,8 +107,16 @@ redis.call('XCLAIM', KEYS[1], ARGV[1], p[1][2], 0, ARGV[2], 'JUSTID')
 return 1
 )lua";
 
-// PurgeJob: KEYS = job hash, result stream; ARGV = group.
+// PurgeJob: KEYS = job hash, result stream; ARGV = group. The candidate keys of the job's owed
+// results go with them.
 inline constexpr char kPurgeScript[] = R"lua(
+local owed = redis.call('XRANGE', KEYS[2], '-', '+')
+for _, e in ipairs(owed) do
+  local f = e[2]
+  for k = 1, #f, 2 do
+    if f[k] == 'ck' and redis.call('GET', f[k + 1]) == 'r:' .. e[1] then redis.call('DEL', f[k + 1]) end
+  end
+end
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local sp = string.find(all[i], ' ', 1, true)

@@ -60,8 +60,12 @@ v1::EvaluationResult PoisonResult(const v1::EvaluationRequest& request, int deli
 }
 
 std::string CandidateKey(const v1::EvaluationRequest& request) {
+  return CandidateKey(request.job_id(), request.candidate().id());
+}
+
+std::string CandidateKey(const std::string& job_id, const std::string& candidate_id) {
   // Length-prefixed so that no pair of ids can collide with another.
-  return absl::StrCat(request.job_id().size(), ":", request.job_id(), "/", request.candidate().id());
+  return absl::StrCat(job_id.size(), ":", job_id, "/", candidate_id);
 }
 
 }  // namespace kforge

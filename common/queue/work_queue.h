@@ -6,7 +6,10 @@
 // it is delivered again (a worker that died mid-evaluation loses nothing), and an item delivered
 // `max_deliveries` times without a result is completed as OUTCOME_INFRA_ERROR instead of being
 // delivered forever. Enqueue is idempotent per candidate (job id + candidate id) while the item is
-// queued or in flight. A result handed out by NextResult stays owed until AckResult: the
+// queued or in flight, and while its result is owed (published, not yet acknowledged): a
+// coordinator that restarts before it stored a result reads that result rather than having the
+// candidate evaluated again. A worker that cannot evaluate an item it took gives it back
+// (Release) rather than holding its lease. A result handed out by NextResult stays owed until AckResult: the
 // coordinator acknowledges it after the store has committed it, and an unacknowledged result is
 // handed out again after `result_redelivery_seconds` (or by a new queue on the same backend).
 // Backends: in-process (embedded), Redis Streams (cluster); one contract test suite runs against
@@ -56,7 +59,8 @@ class WorkQueue {
   virtual ~WorkQueue() = default;
 
   // Queues the request on `stream`. A request whose candidate (job id + candidate id) is already
-  // queued or in flight is not queued again (OK is returned).
+  // queued or in flight, or whose result is owed (published and not acknowledged), is not queued
+  // again (OK is returned).
   [[nodiscard]] virtual absl::Status Enqueue(const std::string& stream, const v1::EvaluationRequest& request) = 0;
   // Enqueue of each request, in order, in as few round trips as the backend can (a coordinator
   // dispatches what it proposed in one go). Stops at the first error: the requests before it are
@@ -71,6 +75,11 @@ class WorkQueue {
   // FailedPrecondition when the lease is no longer this delivery's (it expired and the item went
   // to another worker, or the item was completed or purged).
   [[nodiscard]] virtual absl::Status ExtendLease(const std::string& stream, const WorkItem& item) = 0;
+  // Gives a taken item back without a result (the worker is draining, or every slot is busy): it
+  // is delivered again at once, to any worker, as if its lease had expired, and that counts as a
+  // delivery towards max_deliveries. FailedPrecondition when the lease is no longer this
+  // delivery's.
+  [[nodiscard]] virtual absl::Status Release(const std::string& stream, const WorkItem& item) = 0;
   // Acknowledges the item and publishes its result to the request's job. Completing an item whose
   // lease expired and was redelivered is harmless: result ingestion is idempotent.
   [[nodiscard]] virtual absl::Status Complete(const std::string& stream, const WorkItem& item,
@@ -120,5 +129,6 @@ v1::EvaluationResult PoisonResult(const v1::EvaluationRequest& request, int deli
 
 // The key Enqueue is idempotent on.
 std::string CandidateKey(const v1::EvaluationRequest& request);
+std::string CandidateKey(const std::string& job_id, const std::string& candidate_id);
 
 }  // namespace kforge

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <map>
 
+#include <stdlib.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
@@ -66,22 +68,48 @@ absl::StatusOr<v1::Problem> JobApi::LoadSubmittedProblem(const v1::SubmitJobRequ
     return absl::InvalidArgumentError(absl::StrCat("problem_files: ", total, " bytes; at most ",
                                                    options_.max_problem_file_bytes));
   }
-  const fs::path dir = fs::path(options_.problems_dir) / Sha256Hex(digest).substr(0, 24);
+  // Written to a folder of its own, loaded confined to it (the problem names no host path), and
+  // gone again unless it is kept: a replay problem's cache is read by the workers later, so that
+  // folder moves to its content's name under problems_dir; nothing else is kept, refused or not.
+  const fs::path root(options_.problems_dir);
   std::error_code ec;
+  fs::create_directories(root, ec);
+  std::string incoming = (root / ".incoming-XXXXXX").string();
+  if (mkdtemp(incoming.data()) == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot make a folder for the submitted problem under ", root.string()));
+  }
+  struct RemoveUnlessKept {
+    fs::path dir;
+    ~RemoveUnlessKept() {
+      std::error_code ignored;
+      if (!dir.empty()) fs::remove_all(dir, ignored);
+    }
+  } cleanup{incoming};
   for (const auto& [name, bytes] : files) {
-    const fs::path p = dir / name;
+    const fs::path p = fs::path(incoming) / name;
     fs::create_directories(p.parent_path(), ec);
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write the submitted problem under ", dir.string()));
+    if (!out) return absl::UnavailableError("cannot write the submitted problem under problems_dir");
   }
-  absl::StatusOr<v1::Problem> p = LoadProblem(dir.string());
+  absl::StatusOr<v1::Problem> p = LoadProblem(incoming, LoadOptions{.confined = true});
   if (!p.ok()) {
     // The loader names the folder it read: say the submitted problem's own names instead.
     std::string msg(p.status().message());
-    const std::string prefix = dir.string() + "/";
+    const std::string prefix = incoming + "/";
     for (size_t at; (at = msg.find(prefix)) != std::string::npos;) msg.replace(at, prefix.size(), "");
+    for (size_t at; (at = msg.find(incoming)) != std::string::npos;) msg.replace(at, incoming.size(), "");
     return absl::InvalidArgumentError(msg);
+  }
+  if (p->backend() == v1::BACKEND_REPLAY) {
+    const fs::path kept = root / Sha256Hex(digest).substr(0, 24);
+    fs::rename(incoming, kept, ec);
+    if (!ec) {
+      cleanup.dir.clear();
+    } else if (!fs::is_directory(kept)) {  // an identical submit kept it already: that one serves
+      return absl::UnavailableError("cannot keep the submitted replay problem under problems_dir");
+    }
+    p->mutable_replay()->set_cache_path((kept / p->replay().cache_file()).string());
   }
   return p;
 }

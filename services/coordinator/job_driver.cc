@@ -6,6 +6,7 @@
 #include "common/queue/stream.h"
 #include "common/status_macros.h"
 #include "services/coordinator/finalists.h"
+#include "services/coordinator/job_spec_check.h"
 
 namespace kforge::coordinator {
 
@@ -71,6 +72,24 @@ absl::StatusOr<bool> JobDriver::Begin() {
   KF_ASSIGN_OR_RETURN(lease_, store_.ClaimJob(job_id_, options_.owner, options_.lease_seconds));
   fence_ = lease_->token;
   KF_ASSIGN_OR_RETURN(job_, store_.GetJob(job_id_));  // as of the claim
+  // Counted before anything that could take the process down: a job whose every run dies (it
+  // kills its coordinator) is not resumed for ever.
+  if (const int starts = job_.starts_without_progress(); starts >= kMaxStartsWithoutProgress) {
+    return absl::InternalError(absl::StrCat("the job was begun ", starts,
+                                            " times without progress and each run ended without stopping cleanly "
+                                            "(its coordinator died); it is not resumed again"));
+  }
+  job_.set_starts_without_progress(job_.starts_without_progress() + 1);
+  KF_RETURN_IF_ERROR(SaveJob());
+  if (ended_elsewhere_.has_value()) {
+    final_ = *ended_elsewhere_;
+    KF_RETURN_IF_ERROR(store_.ReleaseJob(job_id_, *lease_));
+    return false;
+  }
+  // A job stored before today's bounds (or by another version) is held to them too.
+  if (absl::Status st = CheckJobSpec(job_.spec()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the job's spec is out of bounds: ", st.message()));
+  }
   const v1::Problem& problem = job_.spec().problem();
   stream_ = StreamFor(problem, options_.device_class);
   const int per_job = job_.spec().evolution().max_in_flight();
@@ -95,6 +114,7 @@ absl::StatusOr<bool> JobDriver::Begin() {
     evaluated_.insert(e.candidate_id());
     results_[e.candidate_id()] = std::move(e);
   }
+  evaluations_at_begin_ = static_cast<int64_t>(evaluated_.size());
   // The model totals are the sum of the job's model-call records, each written with its call: a
   // crash between a call and the next checkpoint loses or double-counts nothing.
   {
@@ -421,6 +441,7 @@ absl::StatusOr<bool> JobDriver::End() {
     job_.set_state_reason(stop_reason_);
   }
   if (job_.state() != v1::JOB_STATE_INTERRUPTED) SetTimestamp(job_.mutable_finished_at(), clock_.WallSeconds());
+  job_.set_starts_without_progress(0);  // it stopped cleanly
   KF_RETURN_IF_ERROR(SaveJob());
   if (ended_elsewhere_.has_value()) {
     final_ = *ended_elsewhere_;

@@ -24,6 +24,8 @@
 
 #include <atomic>
 #include <deque>
+#include <exception>
+#include <new>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,6 +35,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/mutator.h"
@@ -62,6 +65,25 @@ class DispatchGate {
 // A store failure that may pass (the write is retried or the result comes back), as opposed to a
 // verdict on what was written.
 bool IsTransientStoreError(const absl::Status& status);
+
+// Calls one of a driver's steps (Begin, Step, Finish): whatever it throws (an allocation that
+// fails, a library's exception) becomes an Internal error, which ends that job FAILED with the
+// reason, instead of taking the coordinator and every other job down.
+template <typename T, typename F>
+absl::StatusOr<T> Guarded(F&& step) {
+  try {
+    return step();
+  } catch (const std::bad_alloc&) {
+    return absl::InternalError("the job's driver ran out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the job's driver failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("the job's driver failed with an unknown exception");
+  }
+}
+
+// Runs that began a job and died without progress before it is failed (Job.starts_without_progress).
+inline constexpr int kMaxStartsWithoutProgress = 3;
 
 class JobDriver {
  public:
@@ -206,6 +228,7 @@ class JobDriver {
   bool reused_waiting_ = false;  // a reused result is stored but not ingested yet
   int64_t reused_ = 0;           // ingested evaluations that were reused
   size_t rebuilt_ = 0;           // candidates read back at Begin (ingested then without notice)
+  int64_t evaluations_at_begin_ = 0;  // stored evaluations read back at Begin
   size_t stored_ = 0;            // cands_[0, stored_) are stored
   // Stored candidates not dispatched yet (JobRunnerOptions::ready_candidates), oldest first, and
   // the dispatched ones whose result has not come (at most slots_).

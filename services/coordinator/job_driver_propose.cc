@@ -130,7 +130,33 @@ absl::Status JobDriver::Propose() {
   const v1::Budget& budget = job_.spec().budget();
   const int64_t seq = static_cast<int64_t>(cands_.size());
   v1::Candidate child;
-  if (seq == 0) {
+  // A replay problem has no source either: only a PyTorch reference makes a problem seedless.
+  const bool seedless = problem.reference().has_pytorch() && problem.seed().source().empty() &&
+                        problem.seed().launches().empty();
+  if (seq == 0 && seedless) {
+    // No seed (a PyTorch reference no template fits): the first kernel is the model's.
+    BorrowingMutateRequest borrowing;
+    v1::MutateRequest& req = borrowing.request;
+    borrowing.Problem(problem);
+    req.set_job_id(job_id_);
+    req.set_seed(engine_->MutationSeed(seq));
+    req.set_count(1);
+    req.set_strategy("write");
+    if (!device_.name().empty()) *req.mutable_target_device() = device_;
+    if (ModelBudgetSpent()) req.set_preferred(v1::MUTATOR_KIND_PARAMETRIC);
+    KF_ASSIGN_OR_RETURN(v1::MutateResponse resp, mutator_.Mutate(req, [&](const std::string& h) {
+      return seen_.contains(h);
+    }));
+    KF_RETURN_IF_ERROR(RecordModelCalls(seq, resp));
+    called_model_ = resp.usage_size() > 0;
+    if (resp.children().empty()) {
+      fail_reason_ = absl::StrCat(
+          "the problem has no seed kernel (no template fits its operator) and no model wrote one: ",
+          resp.message().empty() ? "configure a model (kforge run --llm)" : resp.message());
+      return absl::OkStatus();
+    }
+    child = resp.children(0);
+  } else if (seq == 0) {
     auto params = space_->DefaultAssignment();
     if (!params.has_value())
       return absl::InvalidArgumentError("no param assignment satisfies the constraints");
@@ -320,7 +346,7 @@ absl::Status JobDriver::ProposeWhileRoom() {
   const auto room = [&] {
     return InFlight() < pipeline && (cands_.empty() || ingested_count_ > 0);
   };
-  while (stop_reason_.empty() && room()) {
+  while (stop_reason_.empty() && fail_reason_.empty() && room()) {
     if (gate_ != nullptr) {
       if (!gate_->TryAcquire(job_.spec().tenant())) break;
       ++gate_held_;

@@ -39,7 +39,10 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
   if (!r.reused_from_job().empty()) ++reused_;
   ++counts_[std::string(OutcomeName(r.outcome()))];
   const bool improved = engine_->best() != nullptr && engine_->best()->fitness > before;
-  if (c.mutator() == v1::MUTATOR_KIND_SEED && r.outcome() == v1::OUTCOME_INFRA_ERROR) {
+  // A seed the fleet cannot run (an infrastructure error, or a worker that refuses the item: a
+  // replay cache it may not read, a backend it lacks) leaves nothing to search from.
+  const bool refused = r.outcome() == v1::OUTCOME_REJECTED && absl::StartsWith(r.message(), kRefusedByWorker);
+  if (c.mutator() == v1::MUTATOR_KIND_SEED && (r.outcome() == v1::OUTCOME_INFRA_ERROR || refused)) {
     fail_reason_ = absl::StrCat("the seed could not be evaluated: ", r.message());
   }
   if (!notify) return absl::OkStatus();
@@ -86,6 +89,7 @@ absl::Status JobDriver::WriteNotices() {
   checkpoint_due_ = false;
   const v1::JobProgress now = ProgressNow();
   *job_.mutable_progress() = now;
+  if (ingested_count_ > evaluations_at_begin_) job_.set_starts_without_progress(0);
   KF_RETURN_IF_ERROR(SaveJob());
   if (ended_elsewhere_.has_value() || improved) return absl::OkStatus();
   v1::JobEvent ev = Event();  // progress only

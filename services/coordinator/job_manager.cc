@@ -183,7 +183,8 @@ void JobManager::StartJob(const v1::Job& job) {
 }
 
 void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
-  absl::StatusOr<std::shared_ptr<Mutator>> mutator = mutators_(r->problem);
+  absl::StatusOr<std::shared_ptr<Mutator>> mutator =
+      Guarded<std::shared_ptr<Mutator>>([&] { return mutators_(r->problem); });
   if (!mutator.ok()) {
     log_->error("job={} no mutator: {}", r->id, mutator.status().message());
     r->done = true;
@@ -211,7 +212,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   }
   r->driver = std::make_unique<JobDriver>(store_, queue_, *r->mutator, clock_, log_, ro, r->id, progress,
                                           options_.gate);
-  absl::StatusOr<bool> begun = r->driver->Begin();
+  absl::StatusOr<bool> begun = Guarded<bool>([&] { return r->driver->Begin(); });
   if (!begun.ok() || !*begun) {
     EndJob(r, begun.status());
     return;
@@ -222,7 +223,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
 
 void JobManager::StepJob(const std::shared_ptr<Running>& r) {
   if (r->stop.load()) r->driver->Interrupt();
-  absl::StatusOr<bool> running = r->driver->Step(0);
+  absl::StatusOr<bool> running = Guarded<bool>([&] { return r->driver->Step(0); });
   if (!running.ok() || !*running) {
     EndJob(r, running.status());
     return;
@@ -240,7 +241,7 @@ void JobManager::StepJob(const std::shared_ptr<Running>& r) {
 }
 
 void JobManager::EndJob(const std::shared_ptr<Running>& r, const absl::Status& status) {
-  absl::StatusOr<v1::Job> end = r->driver->Finish(status);
+  absl::StatusOr<v1::Job> end = Guarded<v1::Job>([&] { return r->driver->Finish(status); });
   if (options_.metrics != nullptr) options_.metrics->JobEnded(r->id);
   if (!end.ok()) {
     // Another coordinator holds the job (a claim that lost), or this one lost it: not an error.

@@ -5,16 +5,9 @@
 #include "common/hash.h"
 #include "common/status_macros.h"
 #include "services/coordinator/job_driver.h"
+#include "services/coordinator/job_spec_check.h"
 
 namespace kforge::coordinator {
-
-namespace {
-
-// Screening cost grows with the children offered (each is hashed and scored); past a few hundred
-// it buys nothing.
-constexpr int kMaxScreenChildren = 256;
-
-}  // namespace
 
 JobRunner::JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& clock, Logger log,
                      JobRunnerOptions options)
@@ -23,18 +16,7 @@ JobRunner::JobRunner(Store& store, WorkQueue& queue, Mutator& mutator, Clock& cl
 
 absl::StatusOr<v1::Job> MakeJob(v1::JobSpec spec, const std::string& idempotency_key, double now) {
   if (spec.problem().content_hash().empty()) return absl::InvalidArgumentError("job spec has no problem");
-  const v1::Budget& b = spec.budget();
-  if (b.max_candidates() <= 0 && b.max_wall_seconds() <= 0 && b.target_speedup() <= 0 && b.patience() <= 0) {
-    return absl::InvalidArgumentError("a job needs a budget: max_candidates, max_wall_seconds, target_speedup or patience");
-  }
-  if (b.max_candidates() < 0 || b.max_wall_seconds() < 0 || b.patience() < 0 || b.max_llm_tokens() < 0 ||
-      b.max_llm_cost_usd() < 0 || b.target_speedup() < 0) {
-    return absl::InvalidArgumentError("budget values must not be negative");
-  }
-  if (spec.evolution().screen_children() < 0 || spec.evolution().screen_children() > kMaxScreenChildren) {
-    return absl::InvalidArgumentError(absl::StrCat("evolution.screen_children must be in [0, ", kMaxScreenChildren,
-                                                   "], got ", spec.evolution().screen_children()));
-  }
+  KF_RETURN_IF_ERROR(CheckJobSpec(spec));
   if (idempotency_key.size() > 256) return absl::InvalidArgumentError("idempotency_key is longer than 256 bytes");
   v1::Job job;
   job.set_id(absl::StrCat("job-", Sha256Hex(absl::StrCat(spec.problem().content_hash(), "/", spec.seed(), "/",
@@ -59,12 +41,12 @@ bool IsFinalJobState(v1::JobState s) {
 absl::StatusOr<v1::Job> JobRunner::Run(const std::string& job_id, const std::atomic<bool>& stop,
                                        const ProgressFn& progress) {
   JobDriver driver(store_, queue_, mutator_, clock_, log_, options_, job_id, progress);
-  absl::StatusOr<bool> running = driver.Begin();
+  absl::StatusOr<bool> running = Guarded<bool>([&] { return driver.Begin(); });
   while (running.ok() && *running) {
     if (stop.load()) driver.Interrupt();
-    running = driver.Step(options_.poll_seconds);
+    running = Guarded<bool>([&] { return driver.Step(options_.poll_seconds); });
   }
-  return driver.Finish(running.status());
+  return Guarded<v1::Job>([&] { return driver.Finish(running.status()); });
 }
 
 }  // namespace kforge::coordinator

@@ -166,10 +166,15 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<worker::Evaluator>> evaluators;
   std::vector<std::thread> workers;
   std::atomic<bool> workers_stop{false};
-  for (v1::Backend backend : {v1::BACKEND_REPLAY, v1::BACKEND_OPENCL}) {
-    v1::Problem p;
-    p.set_backend(backend);
-    const std::string stream = StreamFor(p);
+  // PyTorch references too when this machine has a torch (the workers' evaluators find it).
+  std::vector<std::string> embedded_streams = {StreamOf(v1::BACKEND_REPLAY, false), StreamOf(v1::BACKEND_OPENCL, false)};
+  if (opts.embedded_workers > 0) {
+    worker::Evaluator probe(worker::EvaluatorOptions{}, clock, log);
+    if (!probe.Probe(v1::BACKEND_OPENCL).device().torch_version().empty()) {
+      embedded_streams.push_back(StreamOf(v1::BACKEND_OPENCL, true));
+    }
+  }
+  for (const std::string& stream : embedded_streams) {
     for (int64_t i = 0; i < opts.embedded_workers; ++i) {
       const std::string name = absl::StrCat(owner, "/", stream, "-", i);
       worker::EvaluatorOptions eo;
@@ -187,13 +192,11 @@ int main(int argc, char** argv) {
   if (opts.embedded_workers > 0) {
     heartbeats = std::thread([&] {
       while (!workers_stop.load()) {
-        for (v1::Backend backend : {v1::BACKEND_REPLAY, v1::BACKEND_OPENCL}) {
-          v1::Problem p;
-          p.set_backend(backend);
+        for (const std::string& stream : embedded_streams) {
           v1::WorkerStatus st;
-          st.set_worker_id(absl::StrCat(owner, "/", StreamFor(p)));
+          st.set_worker_id(absl::StrCat(owner, "/", stream));
           st.set_slots(static_cast<int32_t>(opts.embedded_workers));
-          st.add_streams(StreamFor(p));
+          st.add_streams(stream);
           if (absl::Status hb = queue->Heartbeat(st); !hb.ok()) log->warn("heartbeat failed: {}", hb.message());
         }
         for (int i = 0; i < 50 && !workers_stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));

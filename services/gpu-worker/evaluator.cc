@@ -93,13 +93,30 @@ v1::HelloResponse Evaluator::Probe(v1::Backend backend) {
     out.set_unavailable_reason(std::string(h.status().message()));
     return out;
   }
-  return *h;
+  v1::HelloResponse hello = *h;
+  // PyTorch references run beside this backend's sandbox: the device says whether this worker
+  // takes them (and the coordinator routes them by it).
+  if (options_.torch_enabled && hello.available()) {
+    if (st.torch == nullptr) st.torch = std::make_unique<TorchRunner>(options_.torch);
+    if (auto info = st.torch->EnsureStarted(); info.ok()) {
+      hello.mutable_device()->set_torch_version(info->version);
+      hello.mutable_device()->set_torch_device(info->device);
+      hello.mutable_device()->set_torch_compile(info->compile);
+    } else {
+      log_->info("backend={} takes no PyTorch references: {}", std::string(BackendName(backend)),
+                 info.status().message());
+    }
+  }
+  return hello;
 }
 
 absl::Status Evaluator::CheckRequest(const v1::EvaluationRequest& req) const {
   const v1::Problem& p = req.problem();
   if (absl::Status st = CheckProblem(p, options_.problem_limits); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("problem: ", st.message()));
+  }
+  if (p.reference().has_pytorch() && !options_.torch_enabled) {
+    return absl::FailedPreconditionError("this worker runs no PyTorch references");
   }
   const double t = req.timeout_seconds();
   if (!std::isfinite(t) || t < 0 || t > options_.max_timeout_seconds) {

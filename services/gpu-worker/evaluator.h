@@ -20,6 +20,7 @@
 #include "services/gpu-worker/replay.h"
 #include "services/gpu-worker/sandbox.h"
 #include "services/gpu-worker/screen.h"
+#include "services/gpu-worker/torch_runner.h"
 
 namespace kforge::worker {
 
@@ -81,6 +82,10 @@ struct EvaluatorOptions {
   // pipe once per sandbox lifetime rather than on every run; 0 sends them every time.
   int64_t resident_input_bytes = int64_t{1} << 30;
   int64_t max_message_bytes = 2048; // compile logs and messages are truncated to this
+  // PyTorch references: the process that runs them (a python3 with torch). Off: such problems
+  // are refused (CheckRequest).
+  bool torch_enabled = true;
+  TorchOptions torch;
   // Salt for the random inputs; 0 draws one from the OS at construction. Inputs depend on it,
   // the problem and the trial, never on the candidate, and nothing outside this process sees it.
   uint64_t input_salt = 0;

@@ -75,10 +75,22 @@ const std::map<std::string, std::string>& Evaluator::Run::Inputs(int set, int in
   const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
   for (const auto& b : p_.buffers()) {
     if (b.role() == v1::BUFFER_ROLE_OUT) continue;
+    if (b.fill().kind() == v1::Fill::KIND_MODULE) {
+      // The PyTorch module's own state (EnsureTorchState loaded it; were it missing, the buffer
+      // would be empty and its checks fail).
+      if (!data_->torch_state.contains(set)) (void)EnsureTorchState(set);
+      auto st = data_->torch_state.find(set);
+      if (st != data_->torch_state.end() && st->second.contains(b.name())) bufs[b.name()] = st->second.at(b.name());
+      continue;
+    }
     // CheckRequest refused a problem with a shape that does not evaluate; were one to get here, it
     // would get an empty buffer (and fail its checks), not take the worker down.
     const int64_t n = ShapeElements(b.shape(), env).value_or(0);
-    bufs[b.name()] = FillBytes(b.dtype(), n, b.fill(), rng);
+    v1::Fill fill = b.fill();
+    // Bounds that follow the sizes (randint(0, num_classes - 1)).
+    if (!fill.a_expr().empty()) fill.set_a(static_cast<double>(EvaluateExpr(fill.a_expr(), env).value_or(0)));
+    if (!fill.b_expr().empty()) fill.set_b(static_cast<double>(EvaluateExpr(fill.b_expr(), env).value_or(0)));
+    bufs[b.name()] = FillBytes(b.dtype(), n, fill, rng);
     data_->bytes += static_cast<int64_t>(bufs[b.name()].size());
   }
   return data_->inputs[key] = std::move(bufs);
@@ -156,6 +168,7 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
 }
 
 absl::Status Evaluator::Run::EnsureReference(int set, int index) {
+  if (torch()) return EnsureTorchReference(set, index);
   if (data_->ref_outputs.contains({set, index}) && data_->ref_generation == sb_->generation()) {
     return absl::OkStatus();
   }
@@ -294,8 +307,9 @@ bool Evaluator::Run::Prepare() {
     cand_scratch_.push_back(s.scratch_bytes);
     all_launches.insert(all_launches.end(), s.launches.begin(), s.launches.end());
   }
-  // The reference's plan is trusted; it is resolved the same way with no limits.
-  auto ref_sets = ResolvePlan(p_, p_.reference(), p_.reference().launches(),
+  // The reference's plan is trusted; it is resolved the same way with no limits. (A PyTorch
+  // reference has none: its module runs in its own process.)
+  auto ref_sets = torch() ? absl::StatusOr<std::vector<ScreenedSizeSet>>(std::vector<ScreenedSizeSet>()) : ResolvePlan(p_, p_.reference(), p_.reference().launches(),
                               p_.reference().scratch(), {}, v1::DeviceLimits(),
                               ScreenOptions{.max_source_bytes = INT64_MAX,
                                             .max_launches = 64,

@@ -14,6 +14,7 @@
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/resident_inputs.h"
 #include "services/gpu-worker/sandbox.h"
+#include "services/gpu-worker/torch_runner.h"
 
 namespace kforge::worker {
 
@@ -28,12 +29,19 @@ struct Evaluator::ProblemData {
   std::map<int, v1::TimingStats> ref_timing;  // by size set, valid for ref_timing_generation
   std::map<int, double> ref_run_seconds;      // by size set: its slowest validation run
   int ref_timing_generation = -1;
+  // A PyTorch reference: the module's state by size set (the state buffers' bytes), loaded in the
+  // runner process of torch_generation; torch.compile's timing by size set.
+  std::map<int, std::map<std::string, std::string>> torch_state;
+  int torch_generation = -1;
+  std::map<int, v1::TimingStats> compiled_timing;
+  std::map<int, std::string> compile_failed;  // by size set: why torch.compile could not be timed
 };
 
 struct Evaluator::BackendState {
   explicit BackendState(int64_t resident_bytes) : resident(resident_bytes) {}
   std::mutex mu;
   std::unique_ptr<Sandbox> sandbox;
+  std::unique_ptr<TorchRunner> torch;  // PyTorch references' process (made when first needed)
   ResidentIndex resident;  // what the sandbox holds, for its current generation
   std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by worker-computed hash
   uint64_t uses = 0;
@@ -79,6 +87,7 @@ class Evaluator::Run {
   bool TimeCandidate(int set, const std::vector<int>& indices, const Sampling& sampling, double t0,
                      std::vector<double>* samples, bool* raced);
   v1::EvaluationResult& result() { return res_; }
+  bool torch() const { return p_.reference().has_pytorch(); }
   // How a confirmation round samples this candidate (or the reference) on a size set: a few
   // samples, fewer for a kernel whose run takes long (a round gets a third of max_bench_seconds).
   Sampling RoundSampling(int set, bool reference) const;
@@ -123,6 +132,18 @@ class Evaluator::Run {
   ProblemData& Data();
   const std::map<std::string, std::string>& Inputs(int set, int index);
   absl::Status EnsureReference(int set, int index);
+  // A PyTorch reference (evaluator_torch.cc): its process, the module's state on a size set, its
+  // outputs for an input set, and its timings (eager or torch.compile).
+  absl::StatusOr<TorchRunner*> Torch();
+  absl::Status EnsureTorchState(int set);
+  absl::Status EnsureTorchReference(int set, int index);
+  absl::StatusOr<std::vector<double>> TimeTorch(int set, const std::vector<int>& indices, const Sampling& sampling,
+                                                const std::string& mode);
+  // torch.compile's timing on a size set (cached like the reference's); NotFound when this torch
+  // has none.
+  absl::StatusOr<v1::TimingStats> CompiledTiming(int set, const std::vector<int>& indices);
+  // Which process a reference timing is comparable within: the sandbox's, or the PyTorch one's.
+  int ReferenceGeneration() const;
   absl::StatusOr<v1::TimingStats> ReferenceTiming(int set, const std::vector<int>& indices);
   Sampling ReferenceSampling() const;
   Sampling CandidateSampling() const;

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 
@@ -26,6 +27,32 @@ constexpr uint64_t kDirWrite = kDirRead | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLO
                                LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
 // Every right of ABI 1: what the ruleset governs (anything not granted below is refused).
 constexpr uint64_t kAbi1 = kDirWrite;
+// Newer than Debian 12's headers: ABI 3's truncate right, ABI 4's TCP rights, ABI 6's scopes.
+constexpr uint64_t kAccessFsTruncate = 1ULL << 14;
+constexpr uint64_t kAccessNetBindTcp = 1ULL << 0;
+constexpr uint64_t kAccessNetConnectTcp = 1ULL << 1;
+constexpr uint64_t kScopeAbstractUnixSocket = 1ULL << 0;
+constexpr uint64_t kScopeSignal = 1ULL << 1;
+
+// landlock_ruleset_attr as of ABI 6; the kernel is told how much of it it knows.
+struct RulesetAttr {
+  uint64_t handled_access_fs = 0;
+  uint64_t handled_access_net = 0;
+  uint64_t scoped = 0;
+};
+
+// Every entry of /dev but the shared-memory and message-queue file systems.
+std::vector<std::string> DeviceNodes() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = e.path().filename().string();
+    // Links (/dev/stderr, /dev/fd) lead to this process's descriptors, not to device nodes.
+    if (name == "shm" || name == "mqueue" || e.is_symlink(ec)) continue;
+    out.push_back(e.path().string());
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -52,14 +79,15 @@ FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
     }
   }
   j.read_only.insert(j.read_only.end(), extra_read.begin(), extra_read.end());
-  // Device nodes (GPUs, /dev/null, /dev/urandom, /dev/shm) and the sandbox's own folder, which
-  // is its HOME and TMPDIR (the OpenCL runtime's kernel cache lives there).
-  j.read_write = {"/dev", work_dir};
+  // Device nodes (GPUs, /dev/null, /dev/urandom; not /dev/shm) and the sandbox's own folder,
+  // which is its HOME and TMPDIR (the OpenCL runtime's kernel cache lives there).
+  j.read_write = DeviceNodes();
+  j.read_write.push_back(work_dir);
   j.read_write.insert(j.read_write.end(), extra_write.begin(), extra_write.end());
   return j;
 }
 
-absl::Status ApplyFileJail(const FileJail& jail) {
+absl::Status ApplyFileJail(const FileJail& jail, LandlockApplied* applied) {
   const int abi = LandlockAbi();
   if (abi <= 0) {
     return absl::UnavailableError(absl::StrCat("Landlock is not available on this kernel (",
@@ -69,12 +97,23 @@ absl::Status ApplyFileJail(const FileJail& jail) {
 #ifdef LANDLOCK_ACCESS_FS_REFER
   if (abi >= 2) handled |= LANDLOCK_ACCESS_FS_REFER;
 #endif
-#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
-  if (abi >= 3) handled |= LANDLOCK_ACCESS_FS_TRUNCATE;
-#endif
-  landlock_ruleset_attr attr{};
+  if (abi >= 3) handled |= kAccessFsTruncate;
+  RulesetAttr attr;
   attr.handled_access_fs = handled;
-  const int ruleset = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0));
+  size_t attr_size = sizeof(uint64_t);
+  LandlockApplied got{.abi = abi};
+  if (abi >= 4) {
+    attr_size = 2 * sizeof(uint64_t);
+    // Handled with no rule granting any port: every TCP bind and connect is refused.
+    if (jail.deny_tcp) attr.handled_access_net = kAccessNetBindTcp | kAccessNetConnectTcp;
+    got.tcp = jail.deny_tcp;
+  }
+  if (abi >= 6) {
+    attr_size = sizeof(RulesetAttr);
+    if (jail.scope_signals_and_sockets) attr.scoped = kScopeAbstractUnixSocket | kScopeSignal;
+    got.scoped = jail.scope_signals_and_sockets;
+  }
+  const int ruleset = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0));
   if (ruleset < 0) {
     return absl::InternalError(absl::StrCat("landlock_create_ruleset: ", std::strerror(errno)));
   }
@@ -87,9 +126,7 @@ absl::Status ApplyFileJail(const FileJail& jail) {
     landlock_path_beneath_attr rule{};
     rule.parent_fd = fd;
     rule.allowed_access = (dir ? (write ? kDirWrite : kDirRead) : (write ? kFileWrite : kFileRead)) & handled;
-#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
-    if (write && abi >= 3) rule.allowed_access |= LANDLOCK_ACCESS_FS_TRUNCATE;
-#endif
+    if (write && abi >= 3) rule.allowed_access |= kAccessFsTruncate;
 #ifdef LANDLOCK_ACCESS_FS_REFER
     if (write && dir && abi >= 2) rule.allowed_access |= LANDLOCK_ACCESS_FS_REFER;
 #endif
@@ -113,6 +150,7 @@ absl::Status ApplyFileJail(const FileJail& jail) {
     st = absl::InternalError(absl::StrCat("landlock_restrict_self: ", std::strerror(errno)));
   }
   close(ruleset);
+  if (st.ok() && applied != nullptr) *applied = got;
   return st;
 }
 

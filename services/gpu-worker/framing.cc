@@ -128,12 +128,13 @@ absl::Status ReadHeader(int fd, unsigned char* header, size_t n, int64_t deadlin
 }  // namespace
 
 absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg, bool zero_after_write,
-                        absl::Span<const int> fds) {
+                        absl::Span<const int> fds, const google::protobuf::MessageLite* merged) {
   std::string body;
   absl::Cleanup zero = [&] {
     if (zero_after_write) explicit_bzero(body.data(), body.size());
   };
   if (!msg.SerializeToString(&body)) return absl::InternalError("cannot serialise frame");
+  if (merged != nullptr && !merged->AppendToString(&body)) return absl::InternalError("cannot serialise frame");
   if (body.size() > kMaxFrameBytes) return absl::ResourceExhaustedError("frame too large");
   const uint32_t n = static_cast<uint32_t>(body.size());
   unsigned char header[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),

@@ -18,9 +18,13 @@ inline constexpr int kMaxFrameFds = 64;
 
 // `zero_after_write`: the serialised copy is zeroed before it is freed (frames carrying results).
 // `fds` travel with the frame's length prefix (SCM_RIGHTS; `fd` must be a Unix socket then).
+// `merged`, when given, is serialised after `msg` in the same frame: the reader parses the two as
+// one message with `merged`'s fields merged in (protobuf's rule for concatenated encodings), so a
+// caller can add a field to a large message without copying it.
 [[nodiscard]] absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg,
                                       bool zero_after_write = false,
-                                      absl::Span<const int> fds = {});
+                                      absl::Span<const int> fds = {},
+                                      const google::protobuf::MessageLite* merged = nullptr);
 // Blocks until a whole frame arrives. NotFound on a clean end of stream.
 [[nodiscard]] absl::Status ReadFrame(int fd, google::protobuf::MessageLite* msg);
 

@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
   eval_opts.max_held_bytes = opts.max_held_mb << 20;
   eval_opts.sandbox.memory_limit_mb = opts.memory_limit_mb;
   eval_opts.sandbox.restrict_files = opts.restrict_files;
+  eval_opts.sandbox.require_jail = opts.require_jail;
+  eval_opts.sandbox.run_as_uid = opts.run_as_uid;
   eval_opts.sandbox.runtime_cache_dir = opts.compile_cache_dir;
   eval_opts.bench_rel_error = opts.bench_rel_error;
   eval_opts.race_factor = opts.race_factor;
@@ -91,6 +93,12 @@ int main(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   worker::WorkerCore core(core_opts, evaluator, *registry, log);
   core.ProbeBackends();
+  if (std::vector<std::string> unjailed = core.UnjailedBackends(); opts.require_jail && !unjailed.empty()) {
+    std::cerr << "kforge-gpu-worker: sandbox.require_jail is on and the sandboxes cannot jail themselves, so this "
+                 "worker does not start: "
+              << absl::StrJoin(unjailed, "; ") << "\n";
+    return 1;
+  }
   worker::WorkerAdminServiceImpl service(core, security->token);
   log->info("worker_id={}", opts.worker_id);
 
@@ -117,10 +125,13 @@ int main(int argc, char** argv) {
     queue = *std::move(q);
     leased = std::make_unique<LeaseExtendingQueue>(*queue, ro.queue.lease_seconds / 3, log);
     std::vector<std::string> streams;
+    const v1::WorkerInfo info = core.Info();
     for (v1::Backend b : core_opts.backends) {
-      v1::Problem p;
-      p.set_backend(b);
-      streams.push_back(StreamFor(p, opts.device_class));
+      streams.push_back(StreamOf(b, /*torch=*/false, opts.device_class));
+      // PyTorch references too, where this worker's backend found a torch.
+      for (const auto& d : info.devices()) {
+        if (d.backend() == b && !d.torch_version().empty()) streams.push_back(StreamOf(b, true, opts.device_class));
+      }
     }
     log->info("pulling from {} streams={} slots={}", RedactUrlPassword(opts.queue_url), absl::StrJoin(streams, ","), opts.slots);
     for (int64_t i = 0; i < opts.slots; ++i) {

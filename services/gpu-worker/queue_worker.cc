@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/dtype.h"
+
 namespace kforge::worker {
 
 void QueueWorker::Run(const std::atomic<bool>& stop) {
@@ -28,10 +30,21 @@ void QueueWorker::Run(const std::atomic<bool>& stop) {
     if (core_ != nullptr) {
       absl::StatusOr<v1::EvaluationResult> done = core_->Evaluate((*item)->request);
       if (!done.ok()) {
-        // Draining, or every slot busy (the admin API took one): the lease brings it back.
-        log_->warn("consumer={} candidate={} not evaluated here: {}", consumer_,
-                   (*item)->request.candidate().id(), done.status().message());
-        continue;
+        if (IsBusyOrDraining(done.status())) {
+          // Not this worker's to run now (it drains, or the admin API took every slot): another
+          // worker takes it at once, rather than when a lease nobody extends runs out.
+          log_->info("consumer={} candidate={} given back: {}", consumer_, (*item)->request.candidate().id(),
+                     done.status().message());
+          if (absl::Status st = queue_.Release(stream, **item); !st.ok()) {
+            log_->warn("consumer={} candidate={} cannot give it back (its lease brings it back): {}", consumer_,
+                       (*item)->request.candidate().id(), st.message());
+          }
+          continue;
+        }
+        // A request this worker refuses is answered: its job learns why instead of waiting.
+        log_->warn("consumer={} candidate={} refused: {}", consumer_, (*item)->request.candidate().id(),
+                   done.status().message());
+        done = RefusalResult((*item)->request, done.status(), core_->worker_id());
       }
       r = *std::move(done);
     } else {
@@ -40,6 +53,9 @@ void QueueWorker::Run(const std::atomic<bool>& stop) {
     if (absl::Status st = queue_.Complete(stream, **item, r); !st.ok()) {
       log_->error("consumer={} candidate={} cannot publish result: {}", consumer_, r.candidate_id(), st.message());
     }
+    // One line per evaluation run here (bench/soak.py counts repeated evaluations from these).
+    log_->info("evaluated consumer={} job={} candidate={} attempt={} outcome={}", consumer_, r.job_id(),
+               r.candidate_id(), (*item)->attempt, OutcomeName(r.outcome()));
   }
 }
 

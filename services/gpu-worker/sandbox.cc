@@ -2,12 +2,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +24,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+#include "services/gpu-worker/child_process.h"
 #include "services/gpu-worker/framing.h"
 
 extern char** environ;
@@ -62,22 +68,6 @@ Sandbox::Sandbox(SandboxOptions options, v1::Backend backend)
 
 namespace {
 
-// Removes the folders that sandboxes of dead worker processes left behind (a worker killed with
-// -9 cannot clean up after itself). Only folders named after a process that no longer exists.
-void RemoveStaleWorkDirs(const std::string& tmp) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(tmp, ec)) {
-    const std::string name = e.path().filename().string();
-    constexpr absl::string_view kPrefix = "kforge-sandbox-";
-    if (!absl::StartsWith(name, kPrefix)) continue;
-    const size_t dash = name.find('-', kPrefix.size());
-    if (dash == std::string::npos) continue;
-    pid_t owner = 0;
-    if (!absl::SimpleAtoi(name.substr(kPrefix.size(), dash - kPrefix.size()), &owner) || owner <= 0) continue;
-    if (kill(owner, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
-  }
-}
-
 // The ranges a run's buffers name in the arena lie inside it.
 absl::Status CheckArenaRanges(const v1::SandboxResponse& response, size_t arena_size) {
   if (!response.has_run()) return absl::OkStatus();
@@ -109,146 +99,75 @@ absl::Status Sandbox::Spawn() {
     return absl::FailedPreconditionError(absl::StrCat("sandbox binary ", options_.binary,
                                                       " is missing or not executable (set KFORGE_SANDBOX_BINARY)"));
   }
+  const ChildUser user = ChildUserFor(options_.run_as_uid);
   if (work_dir_.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    const std::string tmp_dir = tmp && *tmp ? tmp : "/tmp";
-    RemoveStaleWorkDirs(tmp_dir);
-    std::string tmpl = absl::StrCat(tmp_dir, "/kforge-sandbox-", getpid(), "-XXXXXX");
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp failed: ", std::strerror(errno)));
-    }
-    work_dir_ = tmpl;
+    KF_ASSIGN_OR_RETURN(work_dir_, MakeChildWorkDir("kforge-sandbox", user));
   }
-  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> env_strings = {absl::StrCat("HOME=", work_dir_), absl::StrCat("TMPDIR=", work_dir_)};
+  std::vector<std::string> extra_env;
   std::vector<std::string> cache_dirs;
   if (!options_.runtime_cache_dir.empty()) {
+    // The child's user must reach the folder (root's home is closed to others): else one of the
+    // same name under /var/tmp, kept across processes as well.
+    std::string cache_root = options_.runtime_cache_dir;
+    if (!ReachableBy(cache_root, user)) {
+      cache_root = absl::StrCat("/var/tmp/kforge-runtime-cache/", Sha256Hex(cache_root).substr(0, 16));
+    }
     for (const auto& [var, sub] : {std::pair{"POCL_CACHE_DIR", "pocl"}, std::pair{"CUDA_CACHE_PATH", "cuda"}}) {
-      const std::string dir = absl::StrCat(options_.runtime_cache_dir, "/", sub);
+      const std::string dir = absl::StrCat(cache_root, "/", sub);
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) {
         return absl::FailedPreconditionError(
             absl::StrCat("runtime cache folder ", dir, " cannot be created: ", ec.message()));
       }
-      fs::permissions(dir, fs::perms::owner_all, ec);  // the worker's own, like the sandbox folder
-      env_strings.push_back(absl::StrCat(var, "=", dir));
+      fs::permissions(dir, fs::perms::owner_all, ec);  // the child's own, like its folder
+      KF_RETURN_IF_ERROR(GiveToChild(dir, user));
+      // The cache folders win over the worker's own environment.
+      extra_env.push_back(absl::StrCat(var, "=", dir));
       cache_dirs.push_back(dir);
     }
   }
-  bool have_path = false;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv(*e);
-    const std::string key = kv.substr(0, kv.find('='));
-    // The cache folders set above win over the worker's own environment.
-    if (!cache_dirs.empty() && (key == "POCL_CACHE_DIR" || key == "CUDA_CACHE_PATH")) continue;
-    for (const auto& allow : options_.env_allow) {
-      const bool match = absl::EndsWith(allow, "*") ? absl::StartsWith(key, allow.substr(0, allow.size() - 1))
-                                                     : key == allow;
-      if (match) {
-        env_strings.push_back(kv);
-        have_path = have_path || key == "PATH";
-        break;
-      }
-    }
-  }
-  if (!have_path) env_strings.push_back("PATH=/usr/local/bin:/usr/bin:/bin");
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string binary = options_.binary;
-  std::vector<std::string> args = {binary, "--backend", backend_ == v1::BACKEND_CUDA ? "cuda" : "opencl"};
+  ChildSpec spec;
+  spec.binary = options_.binary;
+  spec.env = ChildEnvironment(work_dir_, options_.env_allow, extra_env);
+  spec.args = {"--backend", backend_ == v1::BACKEND_CUDA ? "cuda" : "opencl"};
+  if (options_.require_jail) spec.args.emplace_back("--require-jail");
   if (options_.restrict_files) {
-    args.emplace_back("--jail");
+    spec.args.emplace_back("--jail");
     for (const auto& p : options_.read_paths) {
-      args.emplace_back("--read");
-      args.push_back(p);
+      spec.args.emplace_back("--read");
+      spec.args.push_back(p);
     }
     for (const auto& p : cache_dirs) {
-      args.emplace_back("--write");
-      args.push_back(p);
+      spec.args.emplace_back("--write");
+      spec.args.push_back(p);
     }
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    return absl::InternalError(absl::StrCat("socketpair failed: ", std::strerror(errno)));
-  }
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    close(sv[0]);
-    close(sv[1]);
-    return absl::InternalError(absl::StrCat("pipe failed: ", std::strerror(errno)));
-  }
-  rlimit as{static_cast<rlim_t>(options_.memory_limit_mb) << 20, static_cast<rlim_t>(options_.memory_limit_mb) << 20};
-  rlimit core{0, 0};
-  const bool limit_address_space = backend_ != v1::BACKEND_CUDA;
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(sv[0]);
-    close(sv[1]);
-    close(out[0]);
-    close(out[1]);
-    return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // own process group: the watchdog kills the whole group
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(125);
-    dup2(sv[1], 0);
-    dup2(sv[1], 1);
-    dup2(out[1], 2);
-    // No inherited descriptors beyond stdin/stdout/stderr.
-    syscall(SYS_close_range, 3U, ~0U, 0U);
-    setrlimit(RLIMIT_CORE, &core);
-    if (options_.memory_limit_mb > 0 && limit_address_space) setrlimit(RLIMIT_AS, &as);
-    if (chdir(work_dir_.c_str()) != 0) _exit(126);
-    signal(SIGPIPE, SIG_DFL);
-    execve(binary.c_str(), argv.data(), envp.data());
-    _exit(127);
-  }
-  close(sv[1]);
-  close(out[1]);
-  pid_ = pid;
+  spec.work_dir = work_dir_;
+  // The CUDA driver reserves address space far beyond any physical memory.
+  if (backend_ != v1::BACKEND_CUDA) spec.address_space_bytes = options_.memory_limit_mb << 20;
+  spec.user = user;
+  KF_ASSIGN_OR_RETURN(Child child, StartChild(spec));
+  pid_ = child.pid;
   arena_ = ArenaMapping();  // a new child makes its own
-  fd_ = sv[0];
+  fd_ = child.fd;
   drain_stop_ = false;
   output_budget_ = options_.max_output_bytes;
-  drain_ = std::thread([this, fd = out[0]] { DrainOutput(fd); });
+  drain_ = std::thread([this, fd = child.err_fd] { DrainOutput(fd); });
   ++generation_;
   return absl::OkStatus();
 }
 
 std::string Sandbox::Reap(bool kill_first) {
   if (pid_ <= 0) return "not running";
-  if (kill_first) kill(-pid_, SIGKILL);
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
-  int status = 0;
-  pid_t r;
-  do {
-    r = waitpid(pid_, &status, 0);
-  } while (r < 0 && errno == EINTR);
-  if (!kill_first) kill(-pid_, SIGKILL);  // stray grandchildren of a crashed child
+  int code = -1;
+  const std::string how = ReapChild(pid_, kill_first, &code);
   pid_ = -1;
   StopDrain();
-  if (r < 0) return "lost track of the sandbox process";
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* name = sigabbrev_np(sig);
-    return absl::StrCat("sandbox killed by signal SIG", name != nullptr ? name : std::to_string(sig));
-  }
-  if (WIFEXITED(status)) {
-    const int code = WEXITSTATUS(status);
-    if (code == 127) return "sandbox binary could not be started";
-    if (code == 4) return "device reported a sticky error; sandbox restarted";
-    return absl::StrCat("sandbox exited with status ", code);
-  }
-  return "sandbox ended";
+  if (code == 4) return "device reported a sticky error; sandbox restarted";
+  return absl::StrCat("sandbox ", how);
 }
 
 void Sandbox::LimitCpu(double timeout_seconds) {
@@ -366,8 +285,14 @@ Sandbox::CallResult Sandbox::Call(const v1::SandboxRequest& request, double time
     (void)!write(2, line.data(), line.size());
   }
   output_budget_ = options_.max_output_bytes;
-  bytes_sent_ += static_cast<int64_t>(request.ByteSizeLong()) + 4;  // + the length prefix
-  if (absl::Status st = WriteFrame(fd_, request); !st.ok()) {
+  // The child bounds its own CPU time per request too: a worker that started it as another user may
+  // not move its limit (LimitCpu needs CAP_SYS_RESOURCE then).
+  v1::SandboxRequest cpu;
+  if (options_.cpu_seconds_per_timeout_second > 0) {
+    cpu.set_cpu_limit_seconds(timeout_seconds * options_.cpu_seconds_per_timeout_second);
+  }
+  bytes_sent_ += static_cast<int64_t>(request.ByteSizeLong() + cpu.ByteSizeLong()) + 4;  // + the length prefix
+  if (absl::Status st = WriteFrame(fd_, request, false, {}, &cpu); !st.ok()) {
     out.status = CallStatus::kCrashed;
     out.message = Reap(false);
     return out;

@@ -34,6 +34,12 @@ struct SandboxOptions {
   // Restrict the files the child may open (Landlock; see file_jail.h), plus these paths.
   bool restrict_files = true;
   std::vector<std::string> read_paths;
+  // A child that cannot jail itself fully (sandbox_jail.h) serves nothing: EnsureStarted says it is
+  // unavailable, with the reason (sandbox.require_jail; on in the cluster's configs).
+  bool require_jail = false;
+  // The user a child runs as when the worker runs as root: -1 = "nobody" (65534), 0 = root itself.
+  // A worker that is not root starts children as itself.
+  int64_t run_as_uid = -1;
   // Where the device runtimes keep their compiled-kernel caches (PoCL's POCL_CACHE_DIR, the CUDA
   // driver's CUDA_CACHE_PATH), writable by the child: a folder that outlives the sandbox and the
   // worker, so a kernel compiled once is not compiled again by the next process. "" = the

@@ -1,5 +1,10 @@
 #include "services/gpu-worker/sandbox_server.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+
 #include <string.h>
 #include <unistd.h>
 
@@ -340,8 +345,26 @@ v1::RunResponse ExecuteRun(DeviceBackend& backend, ResidentStore& store, const v
   return r;
 }
 
-int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
-                 const std::function<void()>& after_open) {
+namespace {
+
+// Moves this process's RLIMIT_CPU soft limit to the CPU time it has used plus `seconds` (only the
+// soft limit: a process may set it anywhere below the hard one, and lower it again later).
+void LimitOwnCpu(double seconds) {
+  if (seconds <= 0 || !std::isfinite(seconds)) return;
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return;
+  const double used = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                      static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  rlimit old{};
+  if (getrlimit(RLIMIT_CPU, &old) != 0) return;
+  const rlim_t soft = static_cast<rlim_t>(used + seconds + 5);
+  const rlimit lim{old.rlim_max == RLIM_INFINITY ? soft : std::min(soft, old.rlim_max), old.rlim_max};
+  setrlimit(RLIMIT_CPU, &lim);
+}
+
+}  // namespace
+
+int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory, const AfterOpenFn& after_open) {
   std::unique_ptr<DeviceBackend> backend;
   bool opened = false;
   ResidentStore resident;
@@ -354,6 +377,7 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
     // What the last run left in the arena, the worker has read by now: no kernel of this request
     // may find it.
     arena.Clear();
+    LimitOwnCpu(req.cpu_limit_seconds());
     v1::SandboxResponse resp;
     bool exit_after = false;
     switch (req.kind_case()) {
@@ -368,8 +392,14 @@ int ServeSandbox(int in_fd, int out_fd, const BackendFactory& factory,
         // Restricted whether or not a device opened: compile requests are refused without one,
         // but nothing after the hello runs unrestricted.
         if (!opened && after_open) {
-          after_open();
           opened = true;
+          if (absl::Status st = after_open(resp.mutable_hello()); !st.ok()) {
+            backend.reset();
+            resp.mutable_hello()->set_available(false);
+            resp.mutable_hello()->set_unavailable_reason(std::string(st.message()));
+            (void)WriteFrame(out_fd, resp, false, {});
+            return kExitNotJailed;
+          }
         }
         break;
       case v1::SandboxRequest::kCompile:

@@ -39,6 +39,12 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
              [&opts] { return opts.max_timeout_seconds > 0 ? std::string() : std::string("must be > 0"); });
   schema.Add("sandbox.restrict_files", &opts.restrict_files,
              "restrict the files sandboxes may open to system libraries, devices and their own folder (Landlock)");
+  schema.Add("sandbox.require_jail", &opts.require_jail,
+             "refuse to start (and show it in kforge_worker_sandbox_jailed) unless every sandbox jails itself: "
+             "files, network, signals and shared memory (Landlock and seccomp); on in the cluster's configs");
+  schema.Add("sandbox.run_as_uid", &opts.run_as_uid,
+             "the user sandboxes run as when the worker runs as root: -1 = nobody, 0 = root (not recommended)",
+             [&opts] { return opts.run_as_uid >= -1 && opts.run_as_uid < (int64_t{1} << 31) ? std::string() : std::string("must be -1 or a uid"); });
   schema.Add("sandbox.read_paths", &opts.read_paths,
              "comma-separated extra paths a restricted sandbox may read (a driver installed elsewhere)");
   schema.Add("worker.replay_dirs", &opts.replay_dirs,

@@ -22,6 +22,8 @@ struct WorkerOptions {
   double max_timeout_seconds = 600;        // the most a request may ask for
   std::string replay_dirs;                 // comma-separated folders replay caches may come from
   bool restrict_files = true;              // Landlock file jail for sandboxes
+  bool require_jail = false;               // refuse to start unless every sandbox jails itself
+  int64_t run_as_uid = -1;                 // the sandboxes' user when the worker is root (-1: nobody)
   std::string read_paths;                  // comma-separated extra paths sandboxes may read
   int64_t max_buffer_mb = 1024;
   std::string token_file;                  // auth.token_file: admin callers present this bearer token            // one buffer of a request's problem

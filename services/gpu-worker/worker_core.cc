@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/utf8.h"
 
 namespace kforge::worker {
 
@@ -28,6 +29,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                          .Help("Bytes moved between the worker and its sandbox processes, by "
                                "backend and direction")
                          .Register(registry)),
+      jailed_(prometheus::BuildGauge()
+                  .Name("kforge_worker_sandbox_jailed")
+                  .Help("1 when the backend's sandboxes jail themselves (files, network, signals, shared "
+                        "memory), 0 when they run without a jail")
+                  .Register(registry)),
       busy_(&prometheus::BuildGauge()
                  .Name("kforge_worker_busy_slots")
                  .Help("Evaluations in progress")
@@ -44,6 +50,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                      .Register(registry)
                      .Add({})) {}
 
+void WorkerMetrics::SetJailed(v1::Backend backend, bool jailed) {
+  jailed_.Add({{"backend", std::string(BackendName(backend))}}).Set(jailed ? 1 : 0);
+}
+
 void WorkerMetrics::Record(const v1::EvaluationResult& r, v1::Backend backend) {
   const std::string b(BackendName(backend));
   evaluations_.Add({{"backend", b}, {"outcome", std::string(OutcomeName(r.outcome()))}}).Increment();
@@ -58,6 +68,28 @@ void WorkerMetrics::Record(const v1::EvaluationResult& r, v1::Backend backend) {
       .Increment(static_cast<double>(r.sandbox_bytes_received()));
 }
 
+bool IsBusyOrDraining(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsResourceExhausted(status);
+}
+
+v1::EvaluationResult RefusalResult(const v1::EvaluationRequest& request, const absl::Status& why,
+                                   const std::string& worker_id) {
+  v1::EvaluationResult r;
+  r.set_request_id(SanitizeUtf8(request.request_id()));
+  r.set_job_id(SanitizeUtf8(request.job_id()));
+  r.set_candidate_id(request.candidate().id());
+  r.set_worker_id(worker_id);
+  // Never the worker's paths: the same scrubbing as every message that leaves it.
+  const std::string reason = ScrubMessage(std::string(why.message()), 2048);
+  r.set_outcome(v1::OUTCOME_REJECTED);
+  r.set_message(absl::StrCat(kRefusedByWorker, worker_id, ": ", reason));
+  auto* s = r.add_stages();
+  s->set_stage(v1::STAGE_SCREEN);
+  s->set_outcome(v1::OUTCOME_REJECTED);
+  s->set_message(reason);
+  return r;
+}
+
 WorkerCore::WorkerCore(WorkerCoreOptions options, Evaluator& evaluator, prometheus::Registry& registry,
                        Logger log)
     : options_(std::move(options)), evaluator_(evaluator), metrics_(registry), log_(std::move(log)) {
@@ -67,8 +99,16 @@ WorkerCore::WorkerCore(WorkerCoreOptions options, Evaluator& evaluator, promethe
 void WorkerCore::ProbeBackends() {
   std::vector<v1::DeviceInfo> devices;
   std::vector<std::string> unavailable;
+  std::vector<std::string> unjailed;
   for (v1::Backend b : options_.backends) {
     v1::HelloResponse h = evaluator_.Probe(b);
+    if (b != v1::BACKEND_REPLAY) {  // replay runs no code
+      metrics_.SetJailed(b, h.jailed());
+      if (!h.jailed() && !h.jail_message().empty()) {
+        unjailed.push_back(absl::StrCat(BackendName(b), ": ", h.jail_message()));
+        log_->warn("backend={} sandboxes are not jailed: {}", std::string(BackendName(b)), h.jail_message());
+      }
+    }
     if (h.available()) {
       devices.push_back(h.device());
       log_->info("backend={} device=\"{}\" available", std::string(BackendName(b)), h.device().name());
@@ -80,6 +120,12 @@ void WorkerCore::ProbeBackends() {
   std::lock_guard<std::mutex> lock(mu_);
   devices_ = std::move(devices);
   unavailable_ = std::move(unavailable);
+  unjailed_ = std::move(unjailed);
+}
+
+std::vector<std::string> WorkerCore::UnjailedBackends() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unjailed_;
 }
 
 v1::WorkerInfo WorkerCore::Info() {

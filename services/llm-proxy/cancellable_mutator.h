@@ -3,14 +3,10 @@
 // A Mutator whose long loops stop early when the caller no longer wants the answer (the client's
 // deadline passed, it hung up, or the proxy is shutting down).
 
-#include <functional>
-
 #include "common/mutator.h"
+#include "services/llm-proxy/cancelled.h"
 
 namespace kforge::llm {
-
-// True once the work's result is no longer wanted. Called often: keep it cheap.
-using CancelledFn = std::function<bool()>;
 
 class CancellableMutator : public Mutator {
  public:

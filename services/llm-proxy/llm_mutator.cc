@@ -48,7 +48,8 @@ absl::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Open(const std::st
     ++n;
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("key") || !j.contains("text")) {
+    if (j.is_discarded() || !j.is_object() || !j.contains("key") || !j["key"].is_string() || !j.contains("text") ||
+        !j["text"].is_string()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", n, ": not a cache record"));
     }
     cache->entries_[j["key"].get<std::string>()] = j["text"].get<std::string>();
@@ -229,7 +230,8 @@ std::optional<std::string> LlmMutator::OverAllowance(const Provider& provider, c
 }
 
 absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::string& system, const std::string& user,
-                                            const std::string& key, v1::MutateResponse* resp) {
+                                            const std::string& key, v1::MutateResponse* resp,
+                                            const CancelledFn& cancelled) {
   const ProviderConfig& c = provider.config();
   auto* usage = resp->add_usage();
   usage->set_provider(c.name);
@@ -240,7 +242,7 @@ absl::StatusOr<std::string> LlmMutator::Ask(Provider& provider, const std::strin
     return *hit;
   }
   ChatRequest req{system, user, c.temperature, c.max_output_tokens};
-  auto r = provider.Complete(req);
+  auto r = provider.Complete(req, cancelled);
   if (metrics_ != nullptr) metrics_->RecordModelCall(c.name, c.model, r.ok() ? &*r : nullptr);
   if (!r.ok()) return r.status();
   usage->set_input_tokens(r->input_tokens);
@@ -275,9 +277,14 @@ absl::Status LlmMutator::CheckPromptFits(const v1::Problem& problem) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& req, const SeenFn& seen) {
+absl::StatusOr<v1::MutateResponse> LlmMutator::MutateCancellable(const v1::MutateRequest& req, const SeenFn& seen,
+                                                                  const CancelledFn& cancelled) {
   if (providers_.empty()) return absl::FailedPreconditionError("no LLM provider configured");
-  if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
+  // No parent: a problem with a PyTorch reference and no seed, whose first kernel the model writes.
+  const bool from_scratch = req.parents().empty();
+  if (from_scratch && !req.problem().reference().has_pytorch()) {
+    return absl::InvalidArgumentError("mutate needs at least one parent");
+  }
   v1::MutateResponse resp;
   // A weighted choice of model from the mutation's own random stream.
   std::mt19937_64 rng(req.seed());
@@ -295,7 +302,8 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
   Provider* provider = providers_[index].get();
   const int64_t budget = provider->config().context_tokens - provider->config().max_output_tokens;
   KF_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(req, budget));
-  const v1::Candidate& parent = req.parents(0).candidate();
+  static const v1::Candidate kNoParent;
+  const v1::Candidate& parent = from_scratch ? kNoParent : req.parents(0).candidate();
   // A recorded reply is free and needs no endpoint: the budget and the breaker apply to real calls.
   const std::string key = ReplyCacheKey(provider->config(), req, req.seed(), /*whole_file=*/false);
   const bool recorded = cache_.Contains(key);
@@ -324,7 +332,7 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
       if (metrics_ != nullptr) metrics_->SetBreakerOpen(name, provider->config().model, open);
     }
   };
-  auto text = Ask(*provider, prompt.system, prompt.user, key, &resp);
+  auto text = Ask(*provider, prompt.system, prompt.user, key, &resp, cancelled);
   if (!recorded) record(text.ok());
   if (!text.ok()) {
     resp.set_message(absl::StrCat("model call failed: ", text.status().message()));
@@ -355,7 +363,7 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
                                       ") and the whole-file retry would exceed the model budget: ", *over));
         return resp;
       }
-      auto text2 = Ask(*provider, again->system, again->user, key2, &resp);
+      auto text2 = Ask(*provider, again->system, again->user, key2, &resp, cancelled);
       if (!recorded2) record(text2.ok());
       auto reply2 = text2.ok() ? ParseModelReply(*text2) : absl::StatusOr<ModelReply>(text2.status());
       if (!reply2.ok() || !reply2->whole_source.has_value()) {
@@ -367,8 +375,13 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
       source = *reply2->whole_source;
       if (reply2->launch_plan_yaml.has_value()) plan_yaml = reply2->launch_plan_yaml;
     }
-  } else {
+  } else if (!from_scratch) {
     source = parent.source();  // a plan-only change
+  }
+  if (from_scratch && (source.empty() || !plan_yaml.has_value())) {
+    resp.set_message(absl::StrCat("unusable model reply: a first kernel needs its whole source and a launch plan (",
+                                  source.empty() ? "no code block" : "no yaml launch plan", ")"));
+    return resp;
   }
   // A kernel goes into proto strings and the store: it must be UTF-8 text, and within the size
   // a worker accepts.
@@ -381,7 +394,7 @@ absl::StatusOr<v1::MutateResponse> LlmMutator::Mutate(const v1::MutateRequest& r
     return resp;
   }
   v1::Candidate child;
-  child.set_job_id(parent.job_id());
+  child.set_job_id(from_scratch ? req.job_id() : parent.job_id());
   child.set_source(source);
   *child.mutable_plan() = parent.plan();
   *child.mutable_params() = parent.params();
@@ -434,9 +447,11 @@ absl::StatusOr<v1::MutateResponse> MixedMutator::MutateCancellable(const v1::Mut
   std::mt19937_64 rng(req.seed() ^ 0xd1b54a32d192ed03ULL);
   // The caller may rule the model out (the job's model budget is spent, or this is a fallback).
   const bool model_allowed = req.preferred() != v1::MUTATOR_KIND_PARAMETRIC;
-  if (llm_ != nullptr && std::uniform_real_distribution<double>(0, 1)(rng) < probability_ && model_allowed) {
+  // A first kernel (no parent) is the model's whatever the share.
+  const bool draw = std::uniform_real_distribution<double>(0, 1)(rng) < probability_;
+  if (llm_ != nullptr && (draw || req.parents().empty()) && model_allowed) {
     if (cancelled()) return absl::CancelledError("the mutation was cancelled before the model call");
-    auto r = llm_->Mutate(req, seen);
+    auto r = llm_->MutateCancellable(req, seen, cancelled);
     if (r.ok() && !r->children().empty()) return Counted("model", std::move(r));
     if (metrics_ != nullptr) metrics_->RecordMutation("model", r.ok() ? "no_child" : "error");
     // The model failed or repeated itself: the knob tuner still makes progress; keep the usage.

@@ -81,14 +81,16 @@ struct LlmConfig {
 // probability; cache_file). Errors name file, line and key.
 [[nodiscard]] absl::StatusOr<LlmConfig> LoadLlmConfig(const std::string& path);
 
-class LlmMutator final : public Mutator {
+class LlmMutator final : public CancellableMutator {
  public:
   // `metrics` (optional) counts every model call. Each provider has a circuit breaker: after
   // `breaker.failures_to_open` failed calls in a row (each after its own retries) the provider is
   // skipped for a cooldown, so a dead endpoint costs a job a few calls, not every one.
   LlmMutator(std::vector<std::unique_ptr<Provider>> providers, ResponseCache& cache, Logger log,
              ProxyMetrics* metrics = nullptr, Clock* clock = nullptr, BreakerOptions breaker = {});
-  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& request, const SeenFn& seen) override;
+  // A model call in progress ends once `cancelled` is true (Provider::Complete).
+  absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
+                                                       const CancelledFn& cancelled) override;
   size_t provider_count() const { return providers_.size(); }
   // At job start: the prompt for a parent as large as the seed (with a worst-case feedback
   // message), and the whole-file retry, must fit every provider's context. The error names the
@@ -98,7 +100,7 @@ class LlmMutator final : public Mutator {
  private:
   // `key`: ReplyCacheKey of the request.
   absl::StatusOr<std::string> Ask(Provider& provider, const std::string& system, const std::string& user,
-                                  const std::string& key, v1::MutateResponse* resp);
+                                  const std::string& key, v1::MutateResponse* resp, const CancelledFn& cancelled);
 
   // Whether a call of `prompt` to `provider` could cross the request's model allowance, given
   // what this mutation spent already; the reason when it could.
@@ -126,11 +128,12 @@ struct ConfiguredLlm {
                                                            uint64_t jitter_seed, Logger log,
                                                            ProxyMetrics* metrics = nullptr);
 
-// A model call is not interrupted by `cancelled` (its provider's timeout bounds it), but none is
-// started, and no fallback run, once it is true.
+// Once `cancelled` is true no model call is started and one in progress ends (its HTTP transfer
+// is aborted), and no fallback runs.
 class MixedMutator final : public CancellableMutator {
  public:
-  MixedMutator(CancellableMutator& parametric, Mutator* llm, double llm_probability, ProxyMetrics* metrics = nullptr)
+  MixedMutator(CancellableMutator& parametric, CancellableMutator* llm, double llm_probability,
+               ProxyMetrics* metrics = nullptr)
       : parametric_(parametric), llm_(llm), probability_(llm == nullptr ? 0 : llm_probability), metrics_(metrics) {}
   absl::StatusOr<v1::MutateResponse> MutateCancellable(const v1::MutateRequest& request, const SeenFn& seen,
                                                        const CancelledFn& cancelled) override;
@@ -142,7 +145,7 @@ class MixedMutator final : public CancellableMutator {
   CancellableMutator& parametric_;
   absl::StatusOr<v1::MutateResponse> Counted(const char* mutator, absl::StatusOr<v1::MutateResponse> r);
 
-  Mutator* llm_;
+  CancellableMutator* llm_;
   double probability_;
   ProxyMetrics* metrics_;
 };

@@ -310,7 +310,14 @@ std::optional<ParamAssignment> ParametricMutator::Reset(const Space& s, const v1
 absl::StatusOr<v1::MutateResponse> ParametricMutator::MutateCancellable(const v1::MutateRequest& req,
                                                                          const SeenFn& seen,
                                                                          const CancelledFn& cancelled) {
-  if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs at least one parent");
+  if (req.parents().empty()) {
+    if (!req.problem().reference().has_pytorch()) return absl::InvalidArgumentError("mutate needs a parent");
+    // A problem without a seed (a PyTorch reference no template fits): there are no knobs to tune
+    // until a model has written a first kernel.
+    v1::MutateResponse none;
+    none.set_message("no kernel to tune: the problem has no seed, and only a model writes its first kernel");
+    return none;
+  }
   if (req.count() < 0) return absl::InvalidArgumentError(absl::StrCat("count ", req.count(), " is negative"));
   auto space_or = SpaceFor(req);
   if (!space_or.ok()) return space_or.status();

@@ -106,7 +106,8 @@ std::string Diff(const std::string& before, const std::string& after, size_t max
 absl::StatusOr<Prompt> BuildPrompt(const v1::MutateRequest& req, int64_t budget, bool whole_file,
                                    const std::string& edit_failure) {
   const v1::Problem& p = req.problem();
-  if (req.parents().empty()) return absl::InvalidArgumentError("mutate needs a parent");
+  const bool from_scratch = req.parents().empty();
+  if (from_scratch && !p.reference().has_pytorch()) return absl::InvalidArgumentError("mutate needs a parent");
   Prompt out;
   const bool cuda = p.backend() == v1::BACKEND_CUDA;
   out.system = absl::StrCat(
@@ -147,6 +148,32 @@ absl::StatusOr<Prompt> BuildPrompt(const v1::MutateRequest& req, int64_t budget,
   }
   if (req.has_target_device() && !req.target_device().name().empty()) {
     absl::StrAppend(&problem, "Target device: ", Device(req.target_device()), "\n");
+  }
+  if (p.reference().has_pytorch()) {
+    const auto& t = p.reference().pytorch();
+    absl::StrAppend(&problem, "\nThe reference is this PyTorch module (", t.source_file(),
+                    "); a kernel must compute its forward() outputs [", absl::StrJoin(t.outputs(), ", "),
+                    "] from its inputs [", absl::StrJoin(t.inputs(), ", "), "]",
+                    t.state().empty() ? "" : " and its parameters (read-only buffers named after its state_dict)",
+                    ". Its module-level constants take each size set's sizes of the same name.\n```python\n",
+                    t.source(), "\n```\n");
+  }
+  if (from_scratch) {
+    const std::string task = absl::StrCat(
+        "\n# Task\nNo kernel exists yet. Write one that computes the reference's outputs into the out buffers, ",
+        "as fast as you can, for every size set. Reply with the complete source in one ```", Fence(p),
+        " block and its launch plan in one ```yaml block:\n```yaml\nlaunches:\n  - {kernel: NAME, ",
+        p.backend() == v1::BACKEND_CUDA ? "grid: [\"EXPR\"], block: [\"EXPR\"]" : "global: [\"EXPR\"], local: [\"EXPR\"]",
+        ", args: [BUFFER_OR_SIZE_OR_EXPR, ...]}\n```\nArguments are passed in order: a buffer name passes the buffer, a size "
+        "or integer expression passes an int.\n");
+    const int64_t essential = EstimateTokens(out.system + problem + task);
+    if (essential > budget) {
+      return absl::ResourceExhaustedError(absl::StrCat("the prompt needs about ", essential,
+                                                       " tokens but the model's budget is ", budget));
+    }
+    out.user = problem + task;
+    out.estimated_tokens = essential;
+    return out;
   }
 
   const v1::ParentContext& parent = req.parents(0);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace kforge::llm {
@@ -87,41 +88,86 @@ std::string Provider::Body(const ChatRequest& r) const {
   return j.dump();
 }
 
+namespace {
+
+using Json = nlohmann::json;
+
+// The member `key` of `j` when `j` is an object that has it, else null.
+const Json* Member(const Json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+// A token count: a non-negative integer (a float with no fraction is taken too), else 0.
+int64_t TokenCount(const Json* j) {
+  if (j == nullptr) return 0;
+  if (j->is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(j->get<uint64_t>(), 1ULL << 50));
+  if (j->is_number_integer()) return std::max<int64_t>(0, std::min<int64_t>(j->get<int64_t>(), int64_t{1} << 50));
+  if (j->is_number_float()) {
+    const double d = j->get<double>();
+    if (std::isfinite(d) && d >= 0 && d <= 1e15 && d == std::floor(d)) return static_cast<int64_t>(d);
+  }
+  return 0;
+}
+
+}  // namespace
+
 absl::StatusOr<ChatResult> Provider::Parse(const std::string& body) const {
-  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("malformed response from ", config_.name, ": ", what));
   };
-  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
-  ChatResult out;
-  if (config_.kind == "anthropic") {
-    if (!j.contains("content") || !j["content"].is_array()) return bad("no content");
-    for (const auto& part : j["content"]) {
-      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) {
-        out.text += part["text"].get<std::string>();
+  // Every access below is checked; the catch is for what a library could still throw.
+  try {
+    const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    ChatResult out;
+    const Json* usage = Member(j, "usage");
+    if (config_.kind == "anthropic") {
+      const Json* content = Member(j, "content");
+      if (content == nullptr || !content->is_array()) return bad("no content array");
+      for (const Json& part : *content) {
+        const Json* type = Member(part, "type");
+        const Json* text = Member(part, "text");
+        if (type != nullptr && type->is_string() && type->get_ref<const std::string&>() == "text" &&
+            text != nullptr && text->is_string()) {
+          out.text += text->get_ref<const std::string&>();
+        }
       }
+      out.input_tokens = TokenCount(usage == nullptr ? nullptr : Member(*usage, "input_tokens"));
+      out.output_tokens = TokenCount(usage == nullptr ? nullptr : Member(*usage, "output_tokens"));
+    } else {
+      const Json* choices = Member(j, "choices");
+      if (choices == nullptr || !choices->is_array() || choices->empty()) return bad("no choices");
+      const Json* msg = Member((*choices)[0], "message");
+      const Json* content = msg == nullptr ? nullptr : Member(*msg, "content");
+      if (content == nullptr || !content->is_string()) return bad("no message content in choices[0]");
+      out.text = content->get<std::string>();
+      out.input_tokens = TokenCount(usage == nullptr ? nullptr : Member(*usage, "prompt_tokens"));
+      out.output_tokens = TokenCount(usage == nullptr ? nullptr : Member(*usage, "completion_tokens"));
     }
-    if (j.contains("usage") && j["usage"].is_object()) {
-      out.input_tokens = j["usage"].value("input_tokens", int64_t{0});
-      out.output_tokens = j["usage"].value("output_tokens", int64_t{0});
-    }
-  } else {
-    if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return bad("no choices");
-    const auto& msg = j["choices"][0]["message"];
-    if (!msg.is_object() || !msg.contains("content") || !msg["content"].is_string()) return bad("no message content");
-    out.text = msg["content"].get<std::string>();
-    if (j.contains("usage") && j["usage"].is_object()) {
-      out.input_tokens = j["usage"].value("prompt_tokens", int64_t{0});
-      out.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
-    }
+    if (out.text.empty()) return bad("empty text");
+    if (!IsValidUtf8(out.text)) return bad("the text is not valid UTF-8");
+    out.cost_usd = (static_cast<double>(out.input_tokens) * config_.input_usd_per_mtok +
+                    static_cast<double>(out.output_tokens) * config_.output_usd_per_mtok) / 1e6;
+    return out;
+  } catch (const std::exception& e) {
+    return bad(e.what());
   }
-  if (out.text.empty()) return bad("empty text");
-  out.cost_usd = (static_cast<double>(out.input_tokens) * config_.input_usd_per_mtok +
-                  static_cast<double>(out.output_tokens) * config_.output_usd_per_mtok) / 1e6;
-  return out;
 }
 
-absl::StatusOr<ChatResult> Provider::Complete(const ChatRequest& request) {
+void Provider::Backoff(double seconds, const CancelledFn& cancelled) {
+  if (!cancelled) {
+    sleep_(seconds);
+    return;
+  }
+  constexpr double kSlice = 0.1;
+  for (double left = seconds; left > 0 && !(cancelled && cancelled()); left -= kSlice) {
+    sleep_(std::min(left, kSlice));
+  }
+}
+
+absl::StatusOr<ChatResult> Provider::Complete(const ChatRequest& request, const CancelledFn& cancelled) {
   const std::string url = Url();
   const std::string body = Body(request);
   const auto headers = Headers();
@@ -129,11 +175,20 @@ absl::StatusOr<ChatResult> Provider::Complete(const ChatRequest& request) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t token_estimate = static_cast<int64_t>(request.system.size() + request.user.size()) / 4 +
                                  request.max_output_tokens;
+  const PostLimits limits{.max_body_bytes = config_.max_reply_bytes, .cancelled = cancelled};
+  auto gone = [&] { return cancelled && cancelled(); };
   for (int attempt = 0; attempt <= config_.max_retries; ++attempt) {
+    if (gone()) {
+      return absl::CancelledError(absl::StrCat(config_.name, ": cancelled (nobody waits for the reply) after ",
+                                               attempt, " attempts", last.ok() ? "" : ": ", last.message()));
+    }
     double retry_after = -1;
     limiter_.Acquire(token_estimate);
-    auto resp = http_.Post(url, headers, body, config_.timeout_seconds);
+    auto resp = http_.Post(url, headers, body, config_.timeout_seconds, limits);
     limiter_.Release();
+    if (!resp.ok() && (absl::IsCancelled(resp.status()) || absl::IsResourceExhausted(resp.status()))) {
+      return absl::Status(resp.status().code(), absl::StrCat(config_.name, ": ", resp.status().message()));
+    }
     if (resp.ok() && resp->status == 200) {
       auto parsed = Parse(resp->body);
       if (parsed.ok()) {
@@ -163,7 +218,7 @@ absl::StatusOr<ChatResult> Provider::Complete(const ChatRequest& request) {
       j = jitter(rng_);
     }
     const double backoff = std::min(30.0, 0.5 * std::pow(2.0, attempt)) * j;
-    sleep_(retry_after >= 0 ? retry_after : backoff);
+    Backoff(retry_after >= 0 ? retry_after : backoff, cancelled);
   }
   return absl::Status(last.code(), absl::StrCat(config_.name, ": giving up after ", config_.max_retries + 1,
                                                 " attempts: ", last.message()));

@@ -35,6 +35,7 @@ struct ProviderConfig {
   int max_retries = 4;
   double input_usd_per_mtok = 0;
   double output_usd_per_mtok = 0;
+  int64_t max_reply_bytes = int64_t{8} << 20;  // a larger reply body fails the call (not retried)
   int max_concurrency = 4;          // calls in flight at once
   double requests_per_minute = 0;   // 0 = unlimited
   double tokens_per_minute = 0;     // prompt + completion estimate; 0 = unlimited
@@ -85,13 +86,19 @@ class Provider {
   Provider(ProviderConfig config, HttpClient& http, SleepFn sleep, uint64_t jitter_seed = 1, NowFn now = nullptr);
   const ProviderConfig& config() const { return config_; }
   // Errors keep the last reason: "HTTP 500 after 5 attempts: ...", "malformed response: ...".
-  [[nodiscard]] absl::StatusOr<ChatResult> Complete(const ChatRequest& request);
+  // Once `cancelled` is true the call in progress ends, no retry starts and none is waited for
+  // (Cancelled).
+  [[nodiscard]] absl::StatusOr<ChatResult> Complete(const ChatRequest& request, const CancelledFn& cancelled = {});
+  // The reply's text and usage; every field is read with its type checked (DataLoss naming what
+  // is wrong otherwise), so no reply, however malformed, can throw.
+  [[nodiscard]] absl::StatusOr<ChatResult> Parse(const std::string& body) const;
 
  private:
   std::string Url() const;
   std::map<std::string, std::string> Headers() const;
   std::string Body(const ChatRequest& request) const;
-  absl::StatusOr<ChatResult> Parse(const std::string& body) const;
+  // Waits `seconds` between attempts, in slices, returning early once `cancelled` is true.
+  void Backoff(double seconds, const CancelledFn& cancelled);
 
   ProviderConfig config_;
   HttpClient& http_;

@@ -88,9 +88,9 @@ absl::Status CheckMutateRequest(const v1::MutateRequest& req, const RequestLimit
   }
   const std::string& strategy = req.strategy();
   if (strategy != "" && strategy != "explore" && strategy != "exploit" && strategy != "perturb" &&
-      strategy != "global") {
+      strategy != "global" && strategy != "write") {
     return Bad("strategy", absl::StrCat("'", strategy.substr(0, 64),
-                                        "' is not one of \"\", explore, exploit, perturb, global"));
+                                        "' is not one of \"\", explore, exploit, perturb, global, write"));
   }
   if (!v1::MutatorKind_IsValid(req.preferred())) {
     return Bad("preferred", absl::StrCat("is not a known mutator (", static_cast<int>(req.preferred()), ")"));
@@ -113,7 +113,12 @@ absl::Status CheckMutateRequest(const v1::MutateRequest& req, const RequestLimit
                                                      req.problem().seed().params_size(), " params"));
     }
   }
-  if (req.parents().empty()) return Bad("parents", "is empty: mutate needs a parent (two for crossover)");
+  // No parent only for a first kernel a model writes: a PyTorch reference without a seed.
+  const bool seedless = req.problem().reference().has_pytorch() && req.problem().seed().source().empty() &&
+                        req.problem().seed().launches().empty();
+  if (req.parents().empty() && !seedless) {
+    return Bad("parents", "is empty: mutate needs a parent (two for crossover)");
+  }
   if (req.parents_size() > 2) return Bad("parents", absl::StrCat("has ", req.parents_size(), " entries (one, or two for crossover)"));
   absl::flat_hash_set<std::string> knobs;
   for (const auto& k : req.problem().seed().params()) knobs.insert(k.name());
@@ -131,6 +136,7 @@ absl::Status CheckMutateRequest(const v1::MutateRequest& req, const RequestLimit
       return s;
     }
   }
+  if (req.parents().empty()) return absl::OkStatus();
   const v1::Candidate& parent = req.parents(0).candidate();
   if (parent.source().empty() && req.problem().backend() != v1::BACKEND_REPLAY) {
     return Bad("parents[0].candidate.source", "is empty");

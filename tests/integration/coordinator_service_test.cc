@@ -4,6 +4,7 @@
 // gets the same job, and a restarted coordinator resumes what was running.
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -286,6 +287,65 @@ TEST_F(CoordinatorServiceTest, CraftedProblemsAreRefusedWithTheReasonAndNothingD
   v1::Job job;
   ASSERT_TRUE(Submit(token_a_, Request(5), &job).ok());
   EXPECT_TRUE(Watch(token_a_, job.id()).second.ok());
+}
+
+TEST_F(CoordinatorServiceTest, OutOfBoundsSpecsAreRefusedAtSubmitNamingTheField) {
+  v1::SubmitJobRequest islands = Request(5);
+  islands.mutable_spec()->mutable_evolution()->set_islands(2147483647);
+  v1::SubmitJobRequest nan_wall = Request(0);
+  nan_wall.mutable_spec()->mutable_budget()->set_max_wall_seconds(std::nan(""));
+  v1::SubmitJobRequest priority = Request(5);
+  priority.mutable_spec()->set_priority(-2147483647 - 1);
+  for (const auto& [req, field] : std::vector<std::pair<v1::SubmitJobRequest, std::string>>{
+           {islands, "evolution.islands"}, {nan_wall, "budget.max_wall_seconds"}, {priority, "priority"}}) {
+    v1::Job job;
+    const grpc::Status st = Submit(token_a_, req, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_THAT(st.error_message(), HasSubstr(field));
+  }
+  auto jobs = store_.ListJobs({});
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE(jobs->empty());
+}
+
+// A submitted problem carries its files and names no host path: a replay cache outside the
+// submitted files is refused before any file is looked at, whether it exists or not, and nothing
+// a refused submit sent stays on the coordinator's disk.
+TEST_F(CoordinatorServiceTest, ASubmittedProblemNamesNoHostPathAndARefusedOneLeavesNothing) {
+  const std::string problems = dir_.path() + "/problems";
+  auto entries = [&] {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(problems, ec)) out.insert(e.path().filename().string());
+    return out;
+  };
+  const std::set<std::string> before = entries();
+  std::vector<std::string> messages;
+  for (const std::string cache : {"/etc/shadow", "/etc/no-such-file", "../../../etc/passwd", "cache.json/../../x"}) {
+    v1::SubmitJobRequest req = Request(5);
+    (*req.mutable_problem_files())["problem.yaml"] =
+        absl::StrCat("name: hostile\nbackend: replay\nreplay: {cache: \"", cache, "\"}\n");
+    v1::Job job;
+    const grpc::Status st = Submit(token_a_, req, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << cache;
+    EXPECT_THAT(st.error_message(), HasSubstr("must name a file of the problem folder"));
+    std::string m = st.error_message();
+    if (size_t at = m.find(cache); at != std::string::npos) m.erase(at, cache.size());
+    messages.push_back(m);
+  }
+  // An existing host file and a missing one read alike.
+  EXPECT_EQ(messages[0], messages[1]);
+  // A source that leaves the folder, and a submit the loader refuses for its size: gone again.
+  v1::SubmitJobRequest big = Request(5);
+  (*big.mutable_problem_files())["problem.yaml"] = "name: big\nbackend: replay\nreplay: {cache: cache.json}\n";
+  (*big.mutable_problem_files())["cache.json"] = std::string(3 << 20, '{');
+  v1::Job job;
+  EXPECT_EQ(Submit(token_a_, big, &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(entries(), before);
+  // An accepted replay problem is kept for the workers, under its content's name.
+  ASSERT_TRUE(Submit(token_a_, Request(5), &job).ok());
+  EXPECT_EQ(entries().size(), before.size() + 1);
+  EXPECT_THAT(job.spec().problem().replay().cache_path(), HasSubstr(problems));
 }
 
 TEST_F(CoordinatorServiceTest, CancelIsFinalAndStopsTheJob) {

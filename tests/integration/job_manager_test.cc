@@ -30,6 +30,10 @@
 #include "services/coordinator/tenant_gate.h"
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/queue_worker.h"
+#include "services/gpu-worker/worker_core.h"
+#include "common/queue/lease_extender.h"
+#include "gmock/gmock.h"
+#include "prometheus/registry.h"
 #include "services/llm-proxy/parametric_mutator.h"
 #include "tests/integration/replay_fixture.h"
 #include "tests/testutil/store_checks.h"
@@ -337,6 +341,113 @@ TEST_F(JobManagerTest, ALostResultHoldsOneSlotNotTheJobUnlessResultsAreIngestedI
       EXPECT_GE(of_this_job, 30);  // the job went on (40 candidates take well under the 1 s lease)
     }
   }
+}
+
+// A mutator that throws what a driver might meet in a bad job: an allocation that fails.
+class ThrowingMutator final : public Mutator {
+ public:
+  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest&, const SeenFn&) override {
+    throw std::bad_alloc();
+  }
+};
+
+// A poison job (one whose driver throws, or whose stored spec is out of bounds, or whose runs
+// kept dying) ends FAILED with the reason; the coordinator and its other jobs go on.
+TEST_F(JobManagerTest, APoisonJobEndsFailedAndTheCoordinatorGoesOn) {
+  StartWorkers(2);
+  JobManager m(store_, watch_,
+               [&](const v1::Problem& p) -> absl::StatusOr<std::shared_ptr<Mutator>> {
+                 if (p.name() == "throws") return std::shared_ptr<Mutator>(std::make_shared<ThrowingMutator>());
+                 return ReplayMutator(problem_);
+               },
+               clock_, log_, {.owner = "c1", .max_running = 8, .slots = 2, .lease_seconds = 5, .scan_seconds = 0.1});
+  // A driver that throws (its mutator runs out of memory).
+  v1::JobSpec throws = Spec("t", 10, 1);
+  throws.mutable_problem()->set_name("throws");
+  auto a = m.Submit(throws, "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  // A spec stored by an older coordinator, past today's bounds: 2^31 - 1 islands.
+  v1::Job big;
+  big.set_id("job-islands");
+  *big.mutable_spec() = Spec("t", 10, 2);
+  big.mutable_spec()->mutable_evolution()->set_islands(2147483647);
+  big.set_state(v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(store_.CreateJob(big).ok());
+  // A job whose last three runs died without progress (each took its coordinator down).
+  v1::Job dying;
+  dying.set_id("job-dying");
+  *dying.mutable_spec() = Spec("t", 10, 3);
+  dying.set_state(v1::JOB_STATE_RUNNING);
+  dying.set_starts_without_progress(kMaxStartsWithoutProgress);
+  ASSERT_TRUE(store_.CreateJob(dying).ok());
+  // And a healthy job beside them.
+  const std::string ok = Submit(m, "t", 10, 4);
+  m.Start();
+  std::vector<v1::Job> jobs = WaitForAll({a->id(), "job-islands", "job-dying", ok}, 60);
+  m.Stop();
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs[0].state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(jobs[0].state_reason().find("bad_alloc"), std::string::npos) << jobs[0].state_reason();
+  EXPECT_EQ(jobs[1].state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(jobs[1].state_reason().find("evolution.islands"), std::string::npos) << jobs[1].state_reason();
+  EXPECT_EQ(jobs[2].state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(jobs[2].state_reason().find("without progress"), std::string::npos) << jobs[2].state_reason();
+  EXPECT_EQ(jobs[3].state(), v1::JOB_STATE_COMPLETED) << jobs[3].state_reason();
+  EXPECT_EQ(jobs[3].progress().evaluations(), 10);
+  EXPECT_EQ(jobs[3].starts_without_progress(), 0);
+}
+
+// A run that began a job counts itself before anything else, and progress (or a clean stop)
+// clears the count: a job resumed after crashes that then runs is not failed for them.
+TEST_F(JobManagerTest, StartsWithoutProgressAreCountedAndClearedByProgress) {
+  StartWorkers(2);
+  v1::Job job;
+  job.set_id("job-resumed");
+  *job.mutable_spec() = Spec("t", 10, 5);
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_starts_without_progress(kMaxStartsWithoutProgress - 1);  // one more death would fail it
+  ASSERT_TRUE(store_.CreateJob(job).ok());
+  llm::ParametricMutator mutator({}, *ReplayValidity(problem_));
+  JobRunner runner(store_, watch_, mutator, clock_, log_, JobRunnerOptions{.slots = 2, .owner = "r"});
+  std::atomic<bool> stop{false};
+  auto end = runner.Run("job-resumed", stop);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::JOB_STATE_COMPLETED) << end->state_reason();
+  EXPECT_EQ(end->starts_without_progress(), 0);
+}
+
+// A fleet worker that refuses an item (here: its replay cache lies outside the worker's
+// replay_dirs) answers it: the job learns why at once and ends, instead of waiting for ever on an
+// item whose lease the worker kept extending.
+TEST_F(JobManagerTest, AnItemAWorkerRefusesIsAnsweredAndItsJobEnds) {
+  prometheus::Registry registry;
+  worker::EvaluatorOptions eo;
+  eo.replay_roots.emplace();  // no folder: no replay cache may be read
+  worker::Evaluator evaluator(eo, clock_, log_);
+  worker::WorkerCore core({.worker_id = "refusing", .slots = 1}, evaluator, registry, log_);
+  LeaseExtendingQueue leased(queue_, 0.2, log_);
+  std::atomic<bool> stop{false};
+  std::thread w([&] {
+    worker::QueueWorker qw(leased, evaluator, &core, {StreamFor(problem_)}, "refusing/0", log_);
+    qw.Run(stop);
+  });
+  llm::ParametricMutator mutator({}, *ReplayValidity(problem_));
+  JobRunner runner(store_, queue_, mutator, clock_, log_, JobRunnerOptions{.slots = 2, .owner = "r"});
+  auto job = runner.Submit(Spec("t", 10, 1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::atomic<bool> never{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto end = runner.Run(job->id(), never);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  queue_.Close();
+  w.join();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(end->state_reason(), ::testing::HasSubstr("refused by worker refusing"));
+  EXPECT_THAT(end->state_reason(), ::testing::HasSubstr("replay"));
+  EXPECT_LT(took, 10);  // not a lease's worth of waiting per delivery
+  EXPECT_EQ(leased.HeldCount(), 0u);  // nothing left being extended
 }
 
 }  // namespace

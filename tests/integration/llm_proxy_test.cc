@@ -4,6 +4,7 @@
 // bodies. A real model cannot be reached from tests.
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -177,6 +178,85 @@ TEST(ProviderTest, ClientErrorsAreNotRetried) {
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("HTTP 401: bad key"));
   EXPECT_TRUE(sleeps.waits.empty());
+}
+
+// Replies of the wrong shape are malformed replies, never an exception that takes the process
+// down (nlohmann's accessors throw on a wrong type: these crashed the proxy and `kforge run`).
+TEST(ProviderTest, RepliesOfTheWrongShapeAreMalformedNeverFatal) {
+  ScriptedHttpServer server;
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider openai(Config(server), http, sleeps.fn());
+  Provider anthropic(Config(server, "anthropic"), http, sleeps.fn());
+  for (const std::string& body : std::vector<std::string>{
+           "{\"choices\":[1]}", "{\"choices\":\"x\"}", "{\"choices\":[{\"message\":\"x\"}]}",
+        "{\"choices\":[{\"message\":{\"content\":5}}]}", "{\"choices\":[null]}", "[]", "null", "\"text\"", "17",
+        "{\"choices\":[{\"message\":{\"content\":\"\"}}]}", std::string("{\"choices\":[{\"message\":{\"content\":\"a\xff\"}}]}"),
+        "{\"choices\":[{\"message\":{\"content\":\"\\ud800\"}}]}", std::string(100000, '['), ""}) {
+    auto r = openai.Parse(body);
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << body.substr(0, 60) << ": " << r.status();
+  }
+  for (const std::string& body : std::vector<std::string>{"{\"content\":[1,\"a\",{\"type\":5},{\"type\":\"text\",\"text\":7}]}",
+                                 "{\"content\":{\"a\":1}}", "{\"content\":null}"}) {
+    auto r = anthropic.Parse(body);
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << body << ": " << r.status();
+  }
+  // Usage of the wrong type counts nothing, and the text still serves.
+  auto odd_usage = openai.Parse(
+      "{\"choices\":[{\"message\":{\"content\":\"hi\"}}],\"usage\":{\"prompt_tokens\":\"12\",\"completion_tokens\":-4}}");
+  ASSERT_TRUE(odd_usage.ok()) << odd_usage.status();
+  EXPECT_EQ(odd_usage->text, "hi");
+  EXPECT_EQ(odd_usage->input_tokens, 0);
+  EXPECT_EQ(odd_usage->output_tokens, 0);
+  auto usage_list = anthropic.Parse("{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],\"usage\":[1,2]}");
+  ASSERT_TRUE(usage_list.ok()) << usage_list.status();
+  EXPECT_EQ(usage_list->input_tokens, 0);
+  // Through a real call: the malformed replies are retried, then given up on with the reason.
+  for (int i = 0; i < 4; ++i) server.Push({200, {}, "{\"choices\":[1]}"});
+  auto r = openai.Complete({"s", "u", 0.5, 64});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("malformed response"));
+}
+
+TEST(ProviderTest, AReplyLargerThanTheCapIsCutOffAndNotRetried) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, std::string(50 << 20, 'x')});
+  server.Push({200, {}, OpenAiReply("never asked for")});
+  CurlHttpClient http;
+  Sleeps sleeps;
+  Provider p(Config(server), http, sleeps.fn());
+  auto r = p.Complete({"s", "u", 0.5, 64});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("larger than"));
+  EXPECT_EQ(server.requests().size(), 1u);
+}
+
+// A call nobody waits for any more (the client's deadline passed, the proxy stops) ends now: its
+// transfer is aborted and no retry starts, instead of posting again minutes later.
+TEST(ProviderTest, ACancelledCallEndsWithinAMomentAndIsNotRetried) {
+  ScriptedHttpServer server;
+  server.Push({200, {}, OpenAiReply("too late"), /*delay_ms=*/4000});
+  server.Push({200, {}, OpenAiReply("never asked for")});
+  CurlHttpClient http;
+  ProviderConfig c = Config(server);
+  c.timeout_seconds = 120;
+  c.max_retries = 4;
+  Provider p(c, http, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); });
+  std::atomic<bool> gone{false};
+  std::thread leave([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    gone = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = p.Complete({"s", "u", 0.5, 64}, [&] { return gone.load(); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  leave.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  EXPECT_LT(took, 1.5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(server.requests().size(), 1u);
 }
 
 // --- The mutator over a real problem.
@@ -567,6 +647,34 @@ TEST(KforgeRunLlmTest, EmbeddedRunUsesTheConfiguredModel) {
     EXPECT_GT(c.proposal(), 0);
   }
   EXPECT_GT(jobs->front().progress().llm_tokens(), 0);
+}
+
+// `kforge run --llm` against a model whose replies are of the wrong shape: the run goes on with
+// the knob tuner and ends COMPLETED (it died of SIGABRT, leaving its job RUNNING).
+TEST(KforgeRunLlmTest, MalformedRepliesDoNotStopTheRun) {
+  ScriptedHttpServer server;
+  for (int i = 0; i < 40; ++i) {
+    server.Push({200, {}, i % 2 == 0 ? "{\"choices\":[1]}" : "{\"choices\":[{\"message\":{\"content\":\"x\"}}],"
+                                                          "\"usage\":{\"prompt_tokens\":\"12\"}}"});
+  }
+  testing::TempDir dir;
+  testing::WriteVaddProblem(dir, "p");
+  const std::string cfg = dir.Write("llm.yaml", "probability: 1.0\nproviders:\n  - {kind: openai, base_url: \"" +
+                                                    server.url() + "/v1\", model: scripted, timeout_seconds: 5, "
+                                                    "max_retries: 0}\n");
+  auto r = testing::RunProgram(testing::BinaryDir() + "/cli/kforge",
+                               {"run", dir.path() + "/p", "--budget", "4", "--llm", cfg, "--db", dir.path() + "/k.db",
+                                "--out", dir.path() + "/out", "--timeout", "20"});
+  if (r.exit_code == 1 && r.err.find("not available") != std::string::npos) GTEST_SKIP() << "no OpenCL device";
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(server.requests().size(), 1u);
+  auto store = SqliteStore::Open(dir.path() + "/k.db");
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->ListJobs({});
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->front().state(), v1::JOB_STATE_COMPLETED) << jobs->front().state_reason();
+  EXPECT_GE(jobs->front().progress().evaluations(), 2);  // the knob space has two points; other seeds' kernels
 }
 
 // Record/replay end to end: two runs with the same seed and replies file; the second calls no

@@ -19,6 +19,11 @@ TempDir::TempDir() {
   char* made = mkdtemp(tmpl.data());
   if (made == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
   path_ = tmpl;
+  // Sandboxes started by a root worker run as an unprivileged user, which must reach the folders
+  // a test hands them (runtime caches, read paths).
+  std::error_code ec;
+  fs::permissions(path_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec, ec);
 }
 
 TempDir::~TempDir() {

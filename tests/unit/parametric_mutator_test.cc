@@ -803,6 +803,18 @@ TEST(ParametricMutatorTest, NoParentIsAnError) {
   EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A PyTorch problem no template fits has no seed: no parent is no error, just no child, and the
+// message says only a model writes the first kernel.
+TEST(ParametricMutatorTest, ASeedlessPytorchProblemGetsNoChildAndWhy) {
+  Fixture f = Fixture::Make(TinyProblem());
+  f.problem.mutable_reference()->mutable_pytorch()->set_source("class Model: pass");
+  ParametricMutator mutator;
+  auto resp = mutator.Mutate(Request(f.problem, {}, 1), SeenIn({}));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_TRUE(resp->children().empty());
+  EXPECT_THAT(resp->message(), ::testing::HasSubstr("only a model writes its first kernel"));
+}
+
 TEST(ParametricMutatorTest, AnUnparsableConstraintIsAnError) {
   const v1::Problem p = MakeProblem("broken", {{"A", {1, 2}}}, {"A <= "});
   v1::Candidate seed = MakeSeedCandidate(p, {{"A", 1}});

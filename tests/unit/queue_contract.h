@@ -525,12 +525,62 @@ TEST_P(QueueContractTest, EnqueueIsIdempotentPerCandidateWhileQueuedOrInFlight) 
   ASSERT_EQ(redelivered.size(), 2u);
   EXPECT_TRUE(DequeuesNothing("opencl"));
   const WorkItem again = redelivered["j1"];
-  // Completed: a later enqueue is a new dispatch.
+  // Completed, its result owed (published, not acknowledged): a coordinator that restarted before
+  // storing it reads the result; the candidate is not queued again.
   ASSERT_TRUE(queue().Complete("opencl", again, ResultFor(again)).ok());
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  // Acknowledged (stored): a later enqueue is a new dispatch.
+  auto owed = NextResult("j1");
+  ASSERT_TRUE(owed.has_value());
   MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
   WorkItem fresh = MustDequeue("opencl");
   EXPECT_EQ(fresh.request.job_id(), "j1");
   EXPECT_EQ(fresh.attempt, 1);
+}
+
+TEST_P(QueueContractTest, AResultOwedToARestartedCoordinatorIsReadNotEvaluatedAgain) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem item = MustDequeue("opencl");
+  ASSERT_TRUE(queue().Complete("opencl", item, ResultFor(item, 2.5)).ok());
+  // The coordinator died before reading (or before storing) the result; its successor, which
+  // finds no evaluation in the store, dispatches the candidate again.
+  std::unique_ptr<WorkQueue> restarted = factory_->NewQueueOnSameBackend(Options());
+  WorkQueue& q = restarted != nullptr ? *restarted : queue();
+  ASSERT_TRUE(q.Enqueue("opencl", MakeQueueRequest("j1", "r1")).ok());
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  auto d = NextDelivery("j1", 1.0, &q);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->result.speedup(), 2.5);
+  ASSERT_TRUE(q.AckResult("j1", d->ack_token).ok());
+  if (restarted != nullptr) restarted->Close();
+}
+
+TEST_P(QueueContractTest, AReleasedItemGoesToAnotherWorkerAtOnceAsADelivery) {
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r1"));
+  WorkItem first = MustDequeue("opencl", "draining");
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  ASSERT_TRUE(queue().Release("opencl", first).ok());
+  WorkItem second = MustDequeue("opencl", "w2");  // well within the lease
+  EXPECT_EQ(second.request.request_id(), "r1");
+  EXPECT_EQ(second.attempt, 2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(queue().Release("opencl", first)));  // not its lease now
+  EXPECT_TRUE(absl::IsFailedPrecondition(queue().ExtendLease("opencl", first)));
+  ASSERT_TRUE(queue().Complete("opencl", second, ResultFor(second)).ok());
+  auto r = NextResult("j1");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->outcome(), v1::OUTCOME_OK);
+  // Released by every worker it reaches, it ends like any item delivered too often.
+  MustEnqueue("opencl", MakeQueueRequest("j1", "r2"));
+  for (int attempt = 1; attempt <= kMaxDeliveries; ++attempt) {
+    WorkItem item = MustDequeue("opencl", absl::StrCat("busy-", attempt));
+    EXPECT_EQ(item.attempt, attempt);
+    ASSERT_TRUE(queue().Release("opencl", item).ok());
+  }
+  EXPECT_TRUE(DequeuesNothing("opencl"));
+  auto poisoned = NextResult("j1");
+  ASSERT_TRUE(poisoned.has_value());
+  EXPECT_EQ(poisoned->outcome(), v1::OUTCOME_INFRA_ERROR);
 }
 
 TEST_P(QueueContractTest, ExtendedLeaseIsNotRedelivered) {
