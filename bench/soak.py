@@ -89,13 +89,17 @@ class Cluster:
     # --- PostgreSQL and Redis -------------------------------------------------------------
     def start_postgres(self, first=False):
         pgdir = self.path("pg")
+        # The server writes its log as the database user: a folder of that user's.
+        pglogs = self.path("pglogs")
         if first:
             os.makedirs(pgdir, exist_ok=True)
+            os.makedirs(pglogs, exist_ok=True)
             if os.geteuid() == 0:
                 shutil.chown(pgdir, "nobody", "nogroup")
+                shutil.chown(pglogs, "nobody", "nogroup")
             subprocess.run(as_db_user([f"{self.pg}/initdb", "-D", pgdir, "-U", "kforge", "--auth=trust"]),
                            check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(as_db_user([f"{self.pg}/pg_ctl", "-D", pgdir, "-l", self.path("logs", "postgres.log"), "-w",
+        subprocess.run(as_db_user([f"{self.pg}/pg_ctl", "-D", pgdir, "-l", os.path.join(pglogs, "postgres.log"), "-w",
                                    "-o", f"-p {self.pg_port} -k {pgdir} -c listen_addresses=127.0.0.1", "start"]),
                        check=True, stdout=subprocess.DEVNULL)
         if first:
@@ -341,7 +345,10 @@ def main():
             if cluster.submit(submitted % 3, problem, budget, 100 + submitted):
                 submitted += 1
         drain_until = time.time() + args.drain_minutes * 60
-        while time.time() < drain_until and (cluster.unfinished() or 1) > 0:
+        while time.time() < drain_until:
+            left = cluster.unfinished()
+            if left is not None and left == 0:  # None: the store did not answer; ask again
+                break
             time.sleep(2)
         drained = time.time() - end
         jobs = cluster.sql("SELECT id, state FROM jobs") or []

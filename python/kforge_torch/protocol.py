@@ -6,6 +6,7 @@ one lies: {"dtype", "shape", "offset", "bytes"}). An answer that failed is {"err
 """
 
 import json
+import os
 import struct
 import sys
 
@@ -89,8 +90,18 @@ def tensors_to(tensors):
 
 def serve(handle):
     """Answers frames on stdin until it closes; `handle(header, payload) -> (header, payload)`."""
-    fin, fout = sys.stdin.buffer, sys.stdout.buffer
-    # Whatever the module prints must not mix with the frames: stdout goes to stderr.
+    # The frames move to descriptors of their own: whatever the module prints or writes to
+    # descriptor 1 goes to stderr, and what it reads from descriptor 0 is empty, so it can
+    # neither mix with the frames nor swallow one.
+    fin = os.fdopen(os.dup(0), "rb")
+    fout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    except OSError:
+        os.close(0)
     sys.stdout = sys.stderr
     while True:
         header, payload = read_frame(fin)

@@ -79,7 +79,9 @@ absl::Status Evaluator::Run::EnsureTorchState(int set) {
   // worker and problem, and not known outside this process beforehand.
   const uint64_t seed = std::stoull(Sha256Hex(absl::StrCat(ev_.options_.input_salt, "|module|", key_)).substr(0, 15),
                                     nullptr, 16);
-  const double timeout = ev_.options_.max_timeout_seconds;
+  // Building the module is one run of its code: the same watchdog (a module that hangs in its
+  // import or __init__ holds the worker no longer than a kernel that hangs).
+  const double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
   KF_ASSIGN_OR_RETURN(std::vector<TorchTensor> state,
                       runner->Load(p_.size_sets(set).name(), p_.reference().pytorch(), Constants(p_, set), seed,
                                    ev_.options_.problem_limits.max_problem_bytes, timeout));

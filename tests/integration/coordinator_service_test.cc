@@ -259,6 +259,14 @@ TEST_F(CoordinatorServiceTest, MissingWrongAndServiceTokensAreRefused) {
   EXPECT_EQ(Submit(token_b_, Request(5), &job).error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// A problem whose reference is a PyTorch module (FILE) writing OUTPUT.
+std::string TorchYaml(const std::string& file, const std::string& output) {
+  return "name: t\nbackend: opencl\nsizes: {n: 64}\nbuffers:\n"
+         "  x: {dtype: f32, shape: [n], role: in, fill: \"uniform(0, 1)\"}\n"
+         "  out: {dtype: f32, shape: [n], role: out}\ncheck: {atol: 0.001, rtol: 0.001}\n"
+         "reference:\n  pytorch: " + file + "\n  inputs: [x]\n  outputs: [" + output + "]\n";
+}
+
 TEST_F(CoordinatorServiceTest, CraftedProblemsAreRefusedWithTheReasonAndNothingDies) {
   struct Case {
     std::map<std::string, std::string> files;
@@ -273,6 +281,10 @@ TEST_F(CoordinatorServiceTest, CraftedProblemsAreRefusedWithTheReasonAndNothingD
       {{{"problem.yaml", "name: x\nbackend: opencl\nsizes: {N: 99999999999999999999}\n"}}, "problem.yaml"},
       {{{"problem.yaml", "name: x\nbackend: replay\nreplay: {cache: /etc/shadow}\n"}}, ""},
       {{{"problem.yaml", std::string(1000, '\x01')}}, "problem.yaml"},
+      // PyTorch references: a host path, a module that is not there, outputs naming no buffer.
+      {{{"problem.yaml", TorchYaml("/etc/passwd", "out")}}, "/etc/passwd"},
+      {{{"problem.yaml", TorchYaml("model.py", "out")}}, "model.py"},
+      {{{"problem.yaml", TorchYaml("model.py", "nope")}, {"model.py", "class Model: pass\n"}}, "nope"},
   };
   for (const auto& c : cases) {
     v1::SubmitJobRequest req = Request(5);

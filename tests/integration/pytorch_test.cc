@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/gpu-worker/torch_runner.h"
+#include "tests/integration/torch_available.h"
 #include "tests/testutil/scripted_http_server.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
@@ -30,16 +31,6 @@ using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 std::string Kforge() { return testing::BinaryDir() + "/cli/kforge"; }
-
-// Whether this machine runs PyTorch references (a python3 with torch); the reason when not.
-std::string TorchMissing() {
-  static const std::string why = [] {
-    worker::TorchRunner r(worker::TorchOptions{});
-    auto info = r.EnsureStarted();
-    return info.ok() ? std::string() : std::string(info.status().message());
-  }();
-  return why;
-}
 
 #define SKIP_WITHOUT_TORCH()                                                         \
   do {                                                                               \

@@ -2,10 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 extern char** environ;
 
@@ -52,6 +56,87 @@ RunResult RunProgram(const std::string& program, const std::vector<std::string>&
   waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A subprocess with a time limit. It runs in its own process group, killed whole when the limit
+// passes and after it exits (a sandbox left behind by a crash goes with it).
+
+std::string Outcome::Describe() const {
+  std::string s = timed_out ? "timed out"
+                  : exited  ? absl::StrCat("exit ", exit_code)
+                            : absl::StrCat("signal ", signal, " (", strsignal(signal), ")");
+  absl::StrAppend(&s, " after ", seconds, " s");
+  auto tail = [](const std::string& t) { return t.size() > 3000 ? "..." + t.substr(t.size() - 3000) : t; };
+  absl::StrAppend(&s, "\n--- stderr (tail):\n", tail(err), "\n--- stdout (tail):\n", tail(out));
+  return s;
+}
+
+Outcome RunWithLimit(const std::vector<std::string>& args, double limit_seconds) {
+  Outcome o;
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return o;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&o.out, &o.err};
+  int open_fds = 2;
+  char buf[8192];
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  while (open_fds > 0) {
+    const double left = limit_seconds - elapsed();
+    if (left <= 0) {
+      o.timed_out = true;
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(std::min(left, 1.0) * 1000) + 1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        // Keep the first and last parts of very long output.
+        if (sinks[i]->size() < (4 << 20)) sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  if (o.timed_out) kill(-pid, SIGKILL);
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  // The pipes closed: the process is exiting (or killed). Wait for it, within the limit too.
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (elapsed() > limit_seconds + 5) {
+      o.timed_out = true;
+      kill(-pid, SIGKILL);
+    }
+    usleep(2000);
+  }
+  kill(-pid, SIGKILL);  // whatever it left behind
+  o.seconds = elapsed();
+  o.exited = WIFEXITED(status);
+  o.exit_code = o.exited ? WEXITSTATUS(status) : -1;
+  o.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return o;
 }
 
 }  // namespace kforge::testing

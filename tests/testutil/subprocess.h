@@ -15,4 +15,23 @@ struct RunResult {
 RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
                      const std::vector<std::string>& extra_env = {});
 
+// How a program run under a time limit ended.
+struct Outcome {
+  bool exited = false;
+  int exit_code = -1;
+  int signal = 0;
+  bool timed_out = false;
+  double seconds = 0;
+  std::string out;
+  std::string err;
+
+  // The ending, the time and the tails of stderr and stdout, for a failure message.
+  std::string Describe() const;
+};
+
+// Runs args[0] with args (no shell) in a process group of its own, killed whole when the limit
+// passes and after it exits (whatever it started goes with it). Keeps the first 4 MiB of each
+// stream.
+Outcome RunWithLimit(const std::vector<std::string>& args, double limit_seconds);
+
 }  // namespace kforge::testing
