@@ -145,11 +145,8 @@ absl::StatusOr<v1::JobState> ParseJobState(const std::string& text) {
                                                  absl::StrJoin(names, ", "), ")"));
 }
 
-int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
-  constexpr absl::string_view kCmd = "submit";
-  int rc = 0;
-  auto client = Connect(kCmd, client_args, &rc);
-  if (!client.ok()) return rc;
+absl::StatusOr<Submitted> SubmitProblem(CoordinatorClient& client, const SubmitArgs& args) {
+  Submitted out;
   // A PyTorch module file is imported here (its Python runs in the local jailed process, never on
   // the coordinator), into a folder beside nothing of the user's: the submit sends that folder.
   std::string problem_dir = args.problem_dir;
@@ -159,25 +156,26 @@ int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
     ImportArgs ia{.file = args.problem_dir, .backend = args.backend, .sets = args.sets, .fit = args.fit,
                   .out_dir = imported_into->path(), .force = true, .quiet = true};
     auto imported = ImportModule(ia);
-    if (!imported.ok()) return BadInput(kCmd, imported.status().message());
-    std::cout << "imported " << args.problem_dir << " (sizes " << imported->sizes << "; seed: "
-              << (imported->family.empty() ? "none, a model writes the kernels" : imported->family) << ")\n";
+    if (!imported.ok()) return absl::InvalidArgumentError(imported.status().message());
+    out.imported = true;
+    out.family = imported->family;
+    out.sizes = imported->sizes;
     problem_dir = imported->dir;
   }
   // The checks of `kforge validate` and `kforge run`, here: a refused folder costs no round trip.
   auto problem = LoadProblem(problem_dir);
-  if (!problem.ok()) return BadInput(kCmd, problem.status().message());
+  if (!problem.ok()) return absl::InvalidArgumentError(problem.status().message());
   if (auto summary = SummariseProblem(*problem); !summary.ok()) {
-    return BadInput(kCmd, absl::StrCat(problem_dir, ": ", summary.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(problem_dir, ": ", summary.status().message()));
   }
   if (args.budget <= 0 && args.time_seconds <= 0 && args.target <= 0 && args.patience <= 0) {
-    return BadInput(kCmd, "give a budget: --budget N, --time S, --target X or --patience N");
+    return absl::InvalidArgumentError("give a budget: --budget N, --time S, --target X or --patience N");
   }
   if (args.budget < 0 || args.time_seconds < 0 || args.target < 0 || args.patience < 0) {
-    return BadInput(kCmd, "--budget, --time, --target and --patience must not be negative");
+    return absl::InvalidArgumentError("--budget, --time, --target and --patience must not be negative");
   }
   auto files = ReadProblemFiles(problem_dir);
-  if (!files.ok()) return BadInput(kCmd, files.status().message());
+  if (!files.ok()) return absl::InvalidArgumentError(files.status().message());
 
   v1::SubmitJobRequest req;
   v1::JobSpec& spec = *req.mutable_spec();
@@ -197,19 +195,58 @@ int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
     (*req.mutable_problem_files())[rel] = std::move(body);
   }
   v1::SubmitJobResponse resp;
-  auto ctx = (*client)->NewContext();
+  auto ctx = client.NewContext();
   // Room to upload a large folder on a slow link: 1 s per MiB beyond the usual deadline.
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(kRpcDeadlineSeconds * 1000) +
                                               (bytes >> 20) * 1000));
-  const grpc::Status st = (*client)->stub().SubmitJob(ctx.get(), req, &resp);
-  if (!st.ok()) return (*client)->Fail(kCmd, st);
+  const grpc::Status st = client.stub().SubmitJob(ctx.get(), req, &resp);
+  if (!st.ok()) {
+    out.rpc = st;
+    return out;
+  }
+  out.job = std::move(*resp.mutable_job());
+  return out;
+}
+
+int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
+  constexpr absl::string_view kCmd = "submit";
+  int rc = 0;
+  auto client = Connect(kCmd, client_args, &rc);
+  if (!client.ok()) return rc;
+  auto submitted = SubmitProblem(**client, args);
+  if (!submitted.ok()) return BadInput(kCmd, submitted.status().message());
+  if (submitted->imported) {
+    std::cout << "imported " << args.problem_dir << " (sizes " << submitted->sizes << "; seed: "
+              << (submitted->family.empty() ? "none, a model writes the kernels" : submitted->family) << ")\n";
+  }
+  if (!submitted->rpc.ok()) return (*client)->Fail(kCmd, submitted->rpc);
   if (!args.watch) {
-    std::cout << resp.job().id() << "\n";
+    std::cout << submitted->job.id() << "\n";
     return 0;
   }
-  std::cout << WatchHeader(resp.job(), (*client)->server()) << "\n" << std::flush;
-  return WatchUntilEnd(**client, kCmd, resp.job());
+  std::cout << WatchHeader(submitted->job, (*client)->server()) << "\n" << std::flush;
+  return WatchUntilEnd(**client, kCmd, submitted->job);
+}
+
+absl::StatusOr<v1::GetBestResponse> FetchBest(CoordinatorClient& client, const std::string& job_id) {
+  v1::GetBestRequest req;
+  req.set_job_id(job_id);
+  v1::GetBestResponse resp;
+  auto ctx = client.NewContext();
+  const grpc::Status st = client.stub().GetBest(ctx.get(), req, &resp);
+  if (!st.ok()) return absl::UnavailableError(client.Describe(st));
+  return resp;
+}
+
+absl::StatusOr<v1::Job> FetchJob(CoordinatorClient& client, const std::string& job_id) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  auto ctx = client.NewContext();
+  const grpc::Status st = client.stub().GetJob(ctx.get(), req, &job);
+  if (!st.ok()) return absl::UnavailableError(client.Describe(st));
+  return job;
 }
 
 int ListCommand(const ClientArgs& client_args, const ListArgs& args) {

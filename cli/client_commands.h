@@ -42,6 +42,23 @@ struct ListArgs {
   int limit = 50;
 };
 
+// What SubmitProblem did: the job, or the coordinator's refusal (rpc), and what an import of a
+// module file found.
+struct Submitted {
+  v1::Job job;
+  grpc::Status rpc;
+  bool imported = false;
+  std::string family;  // the seed's template; "" = none (a model writes the kernels)
+  std::string sizes;
+};
+
+// `kforge submit`'s work: a module file imported (locally, jailed), the folder checked as
+// `kforge validate` does (InvalidArgument naming what is wrong), the job submitted.
+[[nodiscard]] absl::StatusOr<Submitted> SubmitProblem(CoordinatorClient& client, const SubmitArgs& args);
+// One job, and its best, from the coordinator (Unavailable with the call's failure).
+[[nodiscard]] absl::StatusOr<v1::Job> FetchJob(CoordinatorClient& client, const std::string& job_id);
+[[nodiscard]] absl::StatusOr<v1::GetBestResponse> FetchBest(CoordinatorClient& client, const std::string& job_id);
+
 int SubmitCommand(const ClientArgs& client, const SubmitArgs& args);
 int ListCommand(const ClientArgs& client, const ListArgs& args);
 int StatusCommand(const ClientArgs& client, const std::string& job_id, bool json);

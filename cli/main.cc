@@ -148,6 +148,12 @@ int main(int argc, char** argv) {
   suite->add_option("--finalists", suite_args.run.finalists, "finalists re-measured per problem (default 3)");
   suite->add_option("--llm", suite_args.run.llm_config, "LLM providers YAML (problems with no template need one)");
   suite->add_flag("--json", suite_args.json, "print the figures and the table as JSON");
+  suite->add_option("--server", suite_args.client.server,
+                    "submit every problem to this kforge-coordinator (host:port) instead of running them here");
+  suite->add_option("--token", suite_args.client.token, "with --server: API key (default: $KFORGE_TOKEN)");
+  suite->add_option("--tls-ca", suite_args.client.tls.ca, "with --server: CA (PEM file) of a coordinator serving TLS");
+  suite->add_option("--tls-cert", suite_args.client.tls.cert, "with --server: client certificate (PEM file)");
+  suite->add_option("--tls-key", suite_args.client.tls.key, "with --server: its private key (PEM file)");
 
   kforge::cli::HealthArgs health_args;
   auto* health = app.add_subcommand("health", "ask a kforge service whether it serves (gRPC health check)");

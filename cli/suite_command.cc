@@ -7,12 +7,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/client_commands.h"
 #include "cli/import_command.h"
+#include "cli/report.h"
 #include "common/problem_loader.h"
 #include "nlohmann/json.hpp"
 
@@ -39,8 +43,12 @@ std::vector<std::string> Expand(const std::vector<std::string>& paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec) && !fs::exists(fs::path(p) / "problem.yaml", ec)) {
       std::vector<std::string> files;
+      // Its module files and its problem folders.
       for (const auto& e : fs::directory_iterator(p, ec)) {
-        if (e.path().extension() == ".py") files.push_back(e.path().string());
+        std::error_code ec2;
+        if (e.path().extension() == ".py" || fs::exists(e.path() / "problem.yaml", ec2)) {
+          files.push_back(e.path().string());
+        }
       }
       std::sort(files.begin(), files.end(), NaturalLess);
       out.insert(out.end(), files.begin(), files.end());
@@ -84,11 +92,14 @@ Json ReadJson(const fs::path& p) {
   return Json::parse(ss.str(), nullptr, false);
 }
 
+std::string NameOf(const std::string& path) {
+  return fs::is_directory(path) ? fs::path(path).filename().string() : fs::path(path).stem().string();
+}
+
 // Runs one problem; the row of the table. The run's own output goes to OUT/<name>/run.log.
 Row RunOne(const SuiteArgs& args, const std::string& path) {
   Row row;
-  row.name = fs::path(path).stem().string();
-  if (fs::is_directory(path)) row.name = fs::path(path).filename().string();
+  row.name = NameOf(path);
   const fs::path out = fs::path(args.out_dir) / row.name;
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -150,10 +161,97 @@ Row RunOne(const SuiteArgs& args, const std::string& path) {
   return row;
 }
 
+// The row of a job the cluster ran, from its ended state and its best.
+Row RowOfJob(CoordinatorClient& client, const v1::Job& job, Row row) {
+  row.evaluations = job.progress().evaluations();
+  row.seconds = job.progress().elapsed_seconds();
+  auto best = FetchBest(client, job.id());
+  if (best.ok() && !best->best().candidate().id().empty()) {
+    row.outcome = "correct";
+    row.eager = ReportedSpeedupOf(job, best->best().candidate(), best->best().result()).speedup;
+    row.compile = best->best().result().speedup_compiled();
+    return row;
+  }
+  row.outcome = job.state() == v1::JOB_STATE_FAILED || job.state() == v1::JOB_STATE_CANCELLED ? "failed" : "wrong";
+  row.reason = best.ok() ? job.state_reason() : std::string(best.status().message());
+  if (row.reason.empty()) row.reason = "no candidate was correct";
+  return row;
+}
+
+bool Ended(v1::JobState s) {
+  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
 std::string Bar(size_t done, size_t total) {
   const int width = 30;
   const int filled = total == 0 ? width : static_cast<int>(width * done / total);
   return absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done, "/", total);
+}
+
+void Announce(bool tty, bool json, size_t done, size_t total, const Row& r) {
+  if (tty || json) return;
+  std::cerr << absl::StrFormat("kforge suite: %d/%d %s: %s", done, total, r.name, r.outcome)
+            << (r.outcome == "correct" ? absl::StrFormat(" %.3fx", r.eager) : "") << "\n";
+}
+
+// Every problem run here, one after another.
+std::vector<Row> RunEmbedded(const SuiteArgs& args, const std::vector<std::string>& paths, bool tty) {
+  std::vector<Row> rows;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (tty) std::cerr << "\r" << Bar(i, paths.size()) << " " << fs::path(paths[i]).filename().string() << "\033[K";
+    rows.push_back(RunOne(args, paths[i]));
+    Announce(tty, args.json, i + 1, paths.size(), rows.back());
+  }
+  return rows;
+}
+
+// Every problem submitted to the cluster at once, then waited for; nullopt (said why) when the
+// cluster cannot be reached at all.
+std::optional<std::vector<Row>> RunRemote(const SuiteArgs& args, const std::vector<std::string>& paths, bool tty) {
+  auto client = CoordinatorClient::Create(args.client);
+  if (!client.ok()) {
+    std::cerr << "kforge suite: " << client.status().message() << "\n";
+    return std::nullopt;
+  }
+  std::vector<Row> rows(paths.size());
+  std::vector<std::string> job_ids(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    Row& row = rows[i];
+    row.name = NameOf(paths[i]);
+    if (tty) std::cerr << "\rsubmitting " << Bar(i, paths.size()) << " " << row.name << "\033[K";
+    SubmitArgs sa{.problem_dir = paths[i], .budget = args.run.budget, .time_seconds = args.run.time_seconds,
+                  .seed = args.run.seed, .sets = args.run.sets, .fit = args.run.fit, .backend = args.run.backend};
+    auto submitted = SubmitProblem(**client, sa);
+    if (submitted.ok() && IsModuleFile(paths[i])) row.family = submitted->family.empty() ? "model" : submitted->family;
+    if (!submitted.ok() || !submitted->rpc.ok()) {
+      row.outcome = "refused";
+      row.reason = submitted.ok() ? (*client)->Describe(submitted->rpc) : std::string(submitted.status().message());
+      if (submitted.ok() && submitted->rpc.error_code() == grpc::StatusCode::UNAVAILABLE && i == 0) {
+        std::cerr << (tty ? "\n" : "") << "kforge suite: " << row.reason << "\n";
+        return std::nullopt;
+      }
+      continue;
+    }
+    job_ids[i] = submitted->job.id();
+  }
+  // Wait for every job to end; a job the coordinator cannot answer for is asked again.
+  size_t ended = 0, total = 0;
+  for (const auto& id : job_ids) total += id.empty() ? 0 : 1;
+  std::vector<bool> done(paths.size(), false);
+  while (ended < total) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (job_ids[i].empty() || done[i]) continue;
+      auto job = FetchJob(**client, job_ids[i]);
+      if (!job.ok() || !Ended(job->state())) continue;
+      rows[i] = RowOfJob(**client, *job, rows[i]);
+      done[i] = true;
+      ++ended;
+      Announce(tty, args.json, ended, total, rows[i]);
+    }
+    if (tty) std::cerr << "\r" << Bar(ended, total) << " jobs ended\033[K";
+    if (ended < total) std::this_thread::sleep_for(std::chrono::duration<double>(args.poll_seconds));
+  }
+  return rows;
 }
 
 }  // namespace
@@ -164,6 +262,11 @@ int RunSuite(const SuiteArgs& args) {
     std::cerr << "kforge suite: no problems (give module files, folders of them, or problem folders)\n";
     return 2;
   }
+  const bool remote = !args.client.server.empty();
+  if (remote && !args.run.llm_config.empty()) {
+    std::cerr << "kforge suite: --llm is for embedded runs; a cluster uses its own kforge-llm-proxy\n";
+    return 2;
+  }
   std::error_code ec;
   fs::create_directories(args.out_dir, ec);
   if (ec) {
@@ -172,14 +275,12 @@ int RunSuite(const SuiteArgs& args) {
   }
   const bool tty = isatty(STDERR_FILENO) != 0;
   std::vector<Row> rows;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    if (tty) std::cerr << "\r" << Bar(i, paths.size()) << " " << fs::path(paths[i]).filename().string() << "\033[K";
-    rows.push_back(RunOne(args, paths[i]));
-    if (!tty && !args.json) {
-      const Row& r = rows.back();
-      std::cerr << absl::StrFormat("kforge suite: %d/%d %s: %s", i + 1, paths.size(), r.name, r.outcome)
-                << (r.outcome == "correct" ? absl::StrFormat(" %.3fx", r.eager) : "") << "\n";
-    }
+  if (remote) {
+    auto got = RunRemote(args, paths, tty);
+    if (!got.has_value()) return 1;
+    rows = std::move(*got);
+  } else {
+    rows = RunEmbedded(args, paths, tty);
   }
   if (tty) std::cerr << "\r" << Bar(paths.size(), paths.size()) << "\033[K\n";
   // The figures: over every problem given (a refused or failed one counts as not correct).

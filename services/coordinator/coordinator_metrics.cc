@@ -36,7 +36,11 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       job_budget_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_budget_evaluations",
                                            "Evaluation budget of each job running here (0: none)")),
       job_best_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_best_speedup",
-                                         "Best speedup over the reference of each job running here (0: none yet)")),
+                                         "Best speedup over the reference of each job running here (0: none yet; "
+                                         "for a PyTorch problem the reference is eager)")),
+      job_best_compiled_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_best_speedup_over_compile",
+                                                  "The best's speedup over torch.compile of each PyTorch job running "
+                                                  "here (0: not measured: no torch.compile on the worker)")),
       job_last_result_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_last_result_timestamp_seconds",
                                                 "Unix time of the last result of each job running here (its start "
                                                 "until the first)")),
@@ -74,21 +78,23 @@ void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
   const prometheus::Labels labels{{"job_id", job.id()}};
   std::lock_guard<std::mutex> lock(mu_);
   JobGauges g{&job_evaluations_.Add(labels), &job_budget_.Add(labels), &job_best_.Add(labels),
-              &job_last_result_.Add(labels)};
+              &job_best_compiled_.Add(labels), &job_last_result_.Add(labels)};
   g.evaluations->Set(static_cast<double>(job.progress().evaluations()));
   g.budget->Set(static_cast<double>(job.spec().budget().max_candidates()));
   g.best_speedup->Set(job.progress().best_speedup());
+  g.best_compiled->Set(job.best_result().speedup_compiled());
   g.last_result->Set(now_unix);
   jobs_running_[job.id()] = g;
 }
 
 void CoordinatorMetrics::JobProgress(const std::string& job_id, int64_t evaluations, double best_speedup,
-                                     double now_unix) {
+                                     double best_speedup_compiled, double now_unix) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_running_.find(job_id);
   if (it == jobs_running_.end()) return;
   it->second.evaluations->Set(static_cast<double>(evaluations));
   it->second.best_speedup->Set(best_speedup);
+  it->second.best_compiled->Set(best_speedup_compiled);
   it->second.last_result->Set(now_unix);
 }
 
@@ -99,6 +105,7 @@ void CoordinatorMetrics::JobEnded(const std::string& job_id) {
   job_evaluations_.Remove(it->second.evaluations);
   job_budget_.Remove(it->second.budget);
   job_best_.Remove(it->second.best_speedup);
+  job_best_compiled_.Remove(it->second.best_compiled);
   job_last_result_.Remove(it->second.last_result);
   jobs_running_.erase(it);
 }

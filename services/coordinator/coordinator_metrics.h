@@ -34,8 +34,10 @@ class CoordinatorMetrics {
   void RecordEvaluation(v1::Backend backend, v1::Outcome outcome);
   // A job starts running here: its gauges appear, from what the store says of it.
   void JobStarted(const v1::Job& job, double now_unix);
-  // After each ingested result.
-  void JobProgress(const std::string& job_id, int64_t evaluations, double best_speedup, double now_unix);
+  // After each ingested result. best_speedup_compiled: the best's speedup over torch.compile for a
+  // PyTorch problem where the worker's torch has it, else 0.
+  void JobProgress(const std::string& job_id, int64_t evaluations, double best_speedup,
+                   double best_speedup_compiled, double now_unix);
   // The job stopped running here (ended, interrupted, or lost to another coordinator).
   void JobEnded(const std::string& job_id);
 
@@ -49,6 +51,7 @@ class CoordinatorMetrics {
     prometheus::Gauge* evaluations;
     prometheus::Gauge* budget;
     prometheus::Gauge* best_speedup;
+    prometheus::Gauge* best_compiled;
     prometheus::Gauge* last_result;
   };
 
@@ -56,6 +59,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_evaluations_;
   prometheus::Family<prometheus::Gauge>& job_budget_;
   prometheus::Family<prometheus::Gauge>& job_best_;
+  prometheus::Family<prometheus::Gauge>& job_best_compiled_;
   prometheus::Family<prometheus::Gauge>& job_last_result_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;

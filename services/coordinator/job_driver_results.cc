@@ -59,6 +59,7 @@ absl::Status JobDriver::IngestOne(size_t index, const v1::EvaluationResult& r, b
     p.in_flight = InFlight();
     p.elapsed_seconds = Elapsed();
     p.best_speedup = engine_->best() ? engine_->best()->fitness : 0;
+    p.best_speedup_compiled = engine_->best() ? engine_->best()->result.speedup_compiled() : 0;
     p.improved = improved;
     p.candidate = &c;
     p.result = &r;

@@ -207,7 +207,8 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
     progress = [this, metrics, backend = r->problem.backend()](const Progress& p) {
       if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome());
-      metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, clock_.WallSeconds());
+      metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, p.best_speedup_compiled,
+                           clock_.WallSeconds());
     };
   }
   r->driver = std::make_unique<JobDriver>(store_, queue_, *r->mutator, clock_, log_, ro, r->id, progress,

@@ -72,6 +72,7 @@ struct Progress {
   int64_t in_flight = 0;
   double elapsed_seconds = 0;
   double best_speedup = 0;
+  double best_speedup_compiled = 0;  // over torch.compile (PyTorch problems where measured)
   bool improved = false;         // this evaluation is a new best
   const v1::Candidate* candidate = nullptr;       // the candidate just ingested
   const v1::EvaluationResult* result = nullptr;

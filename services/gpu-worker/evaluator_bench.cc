@@ -18,7 +18,9 @@ namespace {
 // is not benchmarked there (racing on).
 constexpr double kSkipBenchmarkFactor = 4;
 
-v1::TimingStats Stats(std::vector<double> s) {
+}  // namespace
+
+v1::TimingStats TimingStatsOf(std::vector<double> s) {
   v1::TimingStats t;
   if (s.empty()) return t;
   std::sort(s.begin(), s.end());
@@ -29,8 +31,6 @@ v1::TimingStats Stats(std::vector<double> s) {
   t.set_samples(static_cast<int32_t>(s.size()));
   return t;
 }
-
-}  // namespace
 
 absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
                                                                 const std::vector<int>& indices) {
@@ -45,7 +45,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
   const Sampling sampling =
       Capped(ReferenceSampling(), it == data_->ref_run_seconds.end() ? 0 : it->second);
   KF_ASSIGN_OR_RETURN(std::vector<double> samples, TimeReference(set, indices, sampling));
-  return data_->ref_timing[set] = Stats(std::move(samples));
+  return data_->ref_timing[set] = TimingStatsOf(std::move(samples));
 }
 
 void Evaluator::Run::Benchmark() {
@@ -105,7 +105,7 @@ void Evaluator::Run::Benchmark() {
     }
     auto* t = res_.add_timings();
     t->set_size_set(p_.size_sets(set).name());
-    *t->mutable_candidate() = Stats(std::move(samples));
+    *t->mutable_candidate() = TimingStatsOf(std::move(samples));
     *t->mutable_reference() = *ref;
     t->set_raced(raced);
     const double cand = t->candidate().median_seconds();

@@ -18,6 +18,9 @@
 
 namespace kforge::worker {
 
+// Median, min, p20, p80 and count of timing samples (seconds); empty for none.
+v1::TimingStats TimingStatsOf(std::vector<double> samples);
+
 // Inputs and reference outputs of one problem, by size set and input set index.
 struct Evaluator::ProblemData {
   int64_t bytes = 0;      // held in inputs and ref_outputs

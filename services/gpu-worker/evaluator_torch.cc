@@ -32,18 +32,6 @@ std::map<std::string, double> Constants(const v1::Problem& p, int set) {
   return c;
 }
 
-v1::TimingStats StatsOf(std::vector<double> s) {
-  v1::TimingStats t;
-  if (s.empty()) return t;
-  std::sort(s.begin(), s.end());
-  t.set_median_seconds(SortedMedian(s));
-  t.set_min_seconds(s.front());
-  t.set_p20_seconds(SortedQuantile(s, 0.2));
-  t.set_p80_seconds(SortedQuantile(s, 0.8));
-  t.set_samples(static_cast<int32_t>(s.size()));
-  return t;
-}
-
 }  // namespace
 
 absl::StatusOr<TorchRunner*> Evaluator::Run::Torch() {
@@ -222,7 +210,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::CompiledTiming(int set, const st
     data_->compile_failed[set] = std::string(samples.status().message());
     return samples.status();
   }
-  return data_->compiled_timing[set] = StatsOf(*std::move(samples));
+  return data_->compiled_timing[set] = TimingStatsOf(*std::move(samples));
 }
 
 }  // namespace kforge::worker

@@ -102,7 +102,9 @@ void WorkerCore::ProbeBackends() {
   std::vector<std::string> unjailed;
   for (v1::Backend b : options_.backends) {
     v1::HelloResponse h = evaluator_.Probe(b);
-    if (b != v1::BACKEND_REPLAY) {  // replay runs no code
+    // Replay runs no code, and a backend without a device runs none here: no jail to report
+    // (a CUDA backend on a host without a GPU must not raise the unjailed alert).
+    if (b != v1::BACKEND_REPLAY && h.available()) {
       metrics_.SetJailed(b, h.jailed());
       if (!h.jailed() && !h.jail_message().empty()) {
         unjailed.push_back(absl::StrCat(BackendName(b), ": ", h.jail_message()));

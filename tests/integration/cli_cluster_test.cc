@@ -29,6 +29,7 @@
 #include "kforge/v1/coordinator.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/replay_fixture.h"
+#include "tests/integration/torch_available.h"
 #include "tests/testutil/background_process.h"
 #include "tests/testutil/subprocess.h"
 #include "tests/testutil/temp_dir.h"
@@ -842,6 +843,46 @@ TEST_F(CoordinatorE2eTest, SubmitWatchStatusListBest) {
   r = Client({"watch", job_id});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(Lines(r.out).back(), HasSubstr(absl::StrCat(job_id, ": completed")));
+}
+
+// `kforge suite --server`: every problem submitted to the cluster at once, the figures from the
+// ended jobs. A problem folder and a PyTorch module (where torch is here) run; a module that does
+// not import is refused before any call, naming its line.
+TEST_F(CoordinatorE2eTest, SuiteSubmitsEveryProblemAndReportsTheFigures) {
+  const bool torch = TorchMissing().empty();
+  fs::create_directories(dir_.path() + "/suite-in");
+  testing::WriteSynthReplayProblem(dir_, "suite-in/1_replay");
+  dir_.Write("suite-in/2_broken.py", "import torch\nclass Model(torch.nn.Module:\n    pass\n");
+  if (torch) {
+    dir_.Write("suite-in/3_softsign.py",
+               "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+               "        super().__init__()\n\n    def forward(self, x):\n        return x / (1 + torch.abs(x))\n\n"
+               "batch_size = 8\ndim = 128\n\ndef get_inputs():\n    return [torch.rand(batch_size, dim)]\n\n"
+               "def get_init_inputs():\n    return []\n");
+  }
+  RunResult r = Client({"suite", dir_.path() + "/suite-in", "--budget", "4", "--out", dir_.path() + "/suite-out",
+                        "--json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  ASSERT_EQ(j["table"].size(), torch ? 3u : 2u) << j.dump(2);
+  EXPECT_EQ(j["correct"], torch ? 2 : 1) << j.dump(2);
+  const auto& t = j["table"];
+  EXPECT_EQ(t[0]["problem"], "1_replay");
+  EXPECT_EQ(t[0]["outcome"], "correct");
+  EXPECT_GT(t[0]["speedup_eager"].get<double>(), 1.0);
+  EXPECT_EQ(t[0]["evaluations"], 4);
+  EXPECT_EQ(t[1]["outcome"], "refused");
+  EXPECT_THAT(t[1]["reason"].get<std::string>(), HasSubstr("2_broken.py:2"));
+  if (torch) {
+    EXPECT_EQ(t[2]["template"], "elementwise");
+    EXPECT_EQ(t[2]["outcome"], "correct") << t[2].dump();
+    EXPECT_GT(t[2]["speedup_eager"].get<double>(), 0);
+  }
+  // The jobs are the tenant's, in the cluster's store.
+  r = Client({"list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(Count(r.out, "completed"), torch ? 2 : 1) << r.out;
 }
 
 TEST_F(CoordinatorE2eTest, CancelARunningJob) {

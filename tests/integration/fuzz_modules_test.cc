@@ -205,11 +205,7 @@ std::vector<Mutation> YamlMutations() {
 }
 
 std::string Judge(const Outcome& o, const std::string& cmd) {
-  if (o.timed_out) return absl::StrCat(cmd, " did not finish in time: ", o.Describe());
-  if (!o.exited) return absl::StrCat(cmd, " was killed by a signal: ", o.Describe());
-  if (o.exit_code != 0 && o.exit_code != 1 && o.exit_code != 2) {
-    return absl::StrCat(cmd, " exited with an unexpected code: ", o.Describe());
-  }
+  if (std::string bad = testing::JudgeKforgeExit(o, cmd); !bad.empty()) return bad;
   if (o.exit_code == 2 && o.err.find("problem.yaml") == std::string::npos &&
       o.err.find("model.py") == std::string::npos && o.err.find("/etc/passwd") == std::string::npos &&
       o.err.find("missing.py") == std::string::npos) {

@@ -461,16 +461,6 @@ bool Keep() {
   return keep != nullptr && *keep == '1';
 }
 
-// Checks one finished command; returns a failure text, "" when it behaved.
-std::string Judge(const Outcome& o, const std::string& cmd) {
-  if (o.timed_out) return absl::StrCat(cmd, " did not finish in time: ", o.Describe());
-  if (!o.exited) return absl::StrCat(cmd, " was killed by a signal: ", o.Describe());
-  if (o.exit_code != 0 && o.exit_code != 1 && o.exit_code != 2) {
-    return absl::StrCat(cmd, " exited with an unexpected code: ", o.Describe());
-  }
-  return "";
-}
-
 // A bad-input message from `kforge validate` must name a file, a line and a column, and be short.
 std::string JudgeMessage(const Outcome& o, const std::string& dir) {
   if (o.exit_code != 2) return "";
@@ -542,7 +532,7 @@ TEST_F(FuzzProblemsTest, MutatedProblemFolders) {
         "\n  mutations:\n    ", absl::StrJoin(applied, "\n    "), "\n  folder: ", dir);
 
     const Outcome v = RunWithLimit({kforge_, "validate", dir}, kValidateLimitSeconds);
-    std::string bad = Judge(v, "kforge validate");
+    std::string bad = testing::JudgeKforgeExit(v, "kforge validate");
     if (bad.empty()) bad = JudgeMessage(v, dir);
     EXPECT_EQ(bad, "") << context;
     if (!bad.empty() || !v.exited) continue;
@@ -552,7 +542,7 @@ TEST_F(FuzzProblemsTest, MutatedProblemFolders) {
     const bool device = v.exit_code == 0;
     if (device && device_evals >= kMaxDeviceEvals) continue;
     const Outcome e = RunWithLimit({kforge_, "eval", dir, "--timeout", "10"}, kEvalLimitSeconds);
-    bad = Judge(e, "kforge eval");
+    bad = testing::JudgeKforgeExit(e, "kforge eval");
     if (bad.empty() && (v.exit_code == 2) != (e.exit_code == 2)) {
       bad = absl::StrCat("validate exited ", v.exit_code, " but eval ", e.exit_code, ": ",
                          e.Describe(), "\n--- validate: ", v.Describe());
@@ -651,7 +641,7 @@ TEST_F(FuzzProblemsTest, MutatedLaunchPlans) {
     }
     const Outcome e = RunWithLimit(
         {kforge_, "eval", example, "--launches", plan, "--timeout", "10"}, kEvalLimitSeconds);
-    const std::string bad = Judge(e, "kforge eval --launches");
+    const std::string bad = testing::JudgeKforgeExit(e, "kforge eval --launches");
     EXPECT_EQ(bad, "") << context;
     if (e.exited && e.exit_code != 2) ++device_evals;
   }

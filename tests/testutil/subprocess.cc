@@ -139,4 +139,13 @@ Outcome RunWithLimit(const std::vector<std::string>& args, double limit_seconds)
   return o;
 }
 
+std::string JudgeKforgeExit(const Outcome& o, const std::string& cmd) {
+  if (o.timed_out) return absl::StrCat(cmd, " did not finish in time: ", o.Describe());
+  if (!o.exited) return absl::StrCat(cmd, " was killed by a signal: ", o.Describe());
+  if (o.exit_code != 0 && o.exit_code != 1 && o.exit_code != 2) {
+    return absl::StrCat(cmd, " exited with an unexpected code: ", o.Describe());
+  }
+  return "";
+}
+
 }  // namespace kforge::testing

@@ -34,4 +34,8 @@ struct Outcome {
 // stream.
 Outcome RunWithLimit(const std::vector<std::string>& args, double limit_seconds);
 
+// How a kforge command may end, whatever its input: within its limit, not by a signal, with exit
+// 0 (ok), 1 (failed) or 2 (bad input). "" when it did; else what went wrong, with its output.
+std::string JudgeKforgeExit(const Outcome& o, const std::string& cmd);
+
 }  // namespace kforge::testing

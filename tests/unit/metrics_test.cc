@@ -48,14 +48,16 @@ TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_budget_evaluations{job_id=\"job-a\"} 50"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 1.5"));
   m.RecordEvaluation(v1::BACKEND_OPENCL, v1::OUTCOME_WRONG_ANSWER);
-  m.JobProgress("job-a", 8, 2.25, 1010);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\"} 0"));
+  m.JobProgress("job-a", 8, 2.25, 1.75, 1010);
   text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\"} 1.75"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 8"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 2.25"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_last_result_timestamp_seconds{job_id=\"job-a\"} 1010"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_evaluations_total{backend=\"opencl\",outcome=\"wrong_answer\"} 1"));
   m.JobEnded("job-a");
-  m.JobProgress("job-a", 9, 3, 1020);  // a late call after the end brings nothing back
+  m.JobProgress("job-a", 9, 3, 0, 1020);  // a late call after the end brings nothing back
   EXPECT_THAT(Scrape(registry), Not(HasSubstr("job-a")));
 }
 
