@@ -54,6 +54,7 @@ class TempFolder {
 namespace {
 
 constexpr int kListPageSize = 50;
+constexpr int kCountPages = 4;  // `list` counts at most this many pages past its limit
 
 int BadInput(absl::string_view command, absl::string_view message) {
   std::cerr << "kforge " << command << ": " << message << "\n";
@@ -287,15 +288,38 @@ int ListCommand(const ClientArgs& client_args, const ListArgs& args) {
     std::cout << "no jobs\n";
     return 0;
   }
-  std::cout << absl::StrFormat("%-18s %-10s %7s %9s  %-24s %s\n", "JOB", "STATE", "EVALS", "BEST",
+  // BEST: the confirmed speedup with its ~95% interval, or the first measurement, marked.
+  std::cout << absl::StrFormat("%-18s %-10s %7s %-24s %-24s %s\n", "JOB", "STATE", "EVALS", "BEST (95% INTERVAL)",
                                "PROBLEM", "CREATED (UTC)");
   for (const v1::Job& j : all.jobs()) {
-    std::cout << absl::StrFormat("%-18s %-10s %7d %8.3fx  %-24s %s\n", j.id(),
-                                 JobStateWord(j.state()), j.progress().evaluations(),
-                                 j.progress().best_speedup(), j.spec().problem().name(),
-                                 FormatUtc(j.created_at()));
+    std::cout << absl::StrFormat("%-18s %-10s %7d %-24s %-24s %s\n", j.id(), JobStateWord(j.state()),
+                                 j.progress().evaluations(), SpeedupCell(JobBestSpeedup(j)),
+                                 j.spec().problem().name(), FormatUtc(j.created_at()));
   }
-  if (!token.empty()) std::cout << "(more: --limit " << args.limit * 2 << ")\n";
+  if (!token.empty()) {
+    // How many more there are: count the next few pages so the hint is exact (a server's pages
+    // carry whole jobs, so not without end).
+    int64_t rest = 0;
+    for (int pages = 0; !token.empty() && pages < kCountPages; ++pages) {
+      v1::ListJobsRequest req;
+      req.set_page_size(kListPageSize);
+      req.set_page_token(token);
+      req.set_state(state);
+      v1::ListJobsResponse page;
+      auto ctx = (*client)->NewContext();
+      if (!(*client)->stub().ListJobs(ctx.get(), req, &page).ok() || page.jobs().empty()) break;
+      rest += page.jobs_size();
+      token = page.next_page_token();
+    }
+    if (token.empty() && rest > 0) {
+      std::cout << "(" << rest << " more: --limit " << all.jobs_size() + rest << " lists them all)\n";
+    } else if (rest > 0) {
+      std::cout << "(over " << rest << " more: --limit " << all.jobs_size() + rest << " lists the next " << rest
+                << ")\n";
+    } else {  // the server stopped answering the count
+      std::cout << "(more: --limit " << args.limit * 2 << ")\n";
+    }
+  }
   return 0;
 }
 
@@ -319,9 +343,8 @@ int StatusCommand(const ClientArgs& client_args, const std::string& job_id, bool
   std::cout << "state: " << JobStateWord(job.state())
             << (job.state_reason().empty() ? "" : absl::StrCat(" (", job.state_reason(), ")"))
             << "\n";
-  std::cout << absl::StrFormat("progress: %d evaluations (%d in flight) in %.1f s, best %.3fx",
-                               p.evaluations(), p.in_flight(), p.elapsed_seconds(),
-                               p.best_speedup());
+  std::cout << absl::StrFormat("progress: %d evaluations (%d in flight) in %.1f s, best %s", p.evaluations(),
+                               p.in_flight(), p.elapsed_seconds(), SpeedupText(JobBestSpeedup(job)));
   if (!p.outcome_counts().empty()) std::cout << "; " << FormatCounts(Counts(p));
   std::cout << "\n";
   std::cout << "budget: " << BudgetText(job.spec().budget()) << "\n";

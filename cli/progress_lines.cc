@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "cli/report.h"
 #include "common/launch.h"
 
 namespace kforge::cli {
@@ -50,10 +51,9 @@ std::string JobStateWord(v1::JobState state) {
 std::string JobSummaryLine(const v1::Job& job) {
   const std::map<std::string, int64_t> counts(job.progress().outcome_counts().begin(),
                                               job.progress().outcome_counts().end());
-  return absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %.3fx; %s", job.id(),
-                         JobStateWord(job.state()), job.state_reason(),
-                         job.progress().evaluations(), job.progress().elapsed_seconds(),
-                         job.progress().best_speedup(), FormatCounts(counts));
+  return absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %s; %s", job.id(),
+                         JobStateWord(job.state()), job.state_reason(), job.progress().evaluations(),
+                         job.progress().elapsed_seconds(), SpeedupText(JobBestSpeedup(job)), FormatCounts(counts));
 }
 
 std::string FormatUtc(const google::protobuf::Timestamp& time) {

@@ -29,7 +29,7 @@ std::string StatusLine(int64_t evaluations, int64_t budget, double elapsed_secon
 std::string JobStateWord(v1::JobState state);
 
 // The end-of-job line: "ID: completed (budget: max_candidates). 100 evaluations in 3.20 s; best
-// speedup 6.300x; ok 90 runtime_error 10", no newline.
+// speedup 6.300x (95% interval ...); ok 90 runtime_error 10", no newline (SpeedupText).
 std::string JobSummaryLine(const v1::Job& job);
 
 // "2025-01-31 14:05:09" (UTC); "-" for an unset time.

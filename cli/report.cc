@@ -95,10 +95,34 @@ ReportedSpeedup ReportedSpeedupOf(const v1::Job& job, const v1::Candidate& best,
   return r;
 }
 
+ReportedSpeedup JobBestSpeedup(const v1::Job& job) {
+  if (job.has_best() && !job.best().id().empty()) return ReportedSpeedupOf(job, job.best(), job.best_result());
+  return ReportedSpeedup{.speedup = job.progress().best_speedup()};
+}
+
 std::string SpeedupText(const ReportedSpeedup& s) {
-  if (!s.confirmed) return absl::StrFormat("%.3fx", s.speedup);
+  if (!s.confirmed) return absl::StrFormat("%.3fx (unconfirmed: one evaluation's measurement)", s.speedup);
   return absl::StrFormat("%.3fx (95%% interval %.3f-%.3fx, %d side-by-side rounds)", s.speedup, s.low, s.high,
                          s.rounds);
+}
+
+std::string SpeedupCell(const ReportedSpeedup& s) {
+  if (!s.confirmed) return absl::StrFormat("%.3fx unconfirmed", s.speedup);
+  return absl::StrFormat("%.3fx (%.3f-%.3f)", s.speedup, s.low, s.high);
+}
+
+std::string SourceWithDefines(const v1::Problem& problem, const v1::Candidate& candidate) {
+  // As the worker compiles it (Screen): the seed's defines, then the knobs (and KFORGE=1, which the
+  // CUDA compiles define).
+  std::map<std::string, int64_t> defines;
+  if (problem.backend() == v1::BACKEND_CUDA) defines["KFORGE"] = 1;
+  for (const auto& [k, v] : problem.seed().defines()) defines[k] = v;
+  for (const auto& [k, v] : candidate.params()) defines[k] = v;
+  std::string out = absl::StrCat("// kforge: candidate ", candidate.id().empty() ? "?" : candidate.id(),
+                                 ", with the values it was compiled and timed with (best.json has them too).\n");
+  for (const auto& [k, v] : defines) absl::StrAppend(&out, "#ifndef ", k, "\n#define ", k, " ", v, "\n#endif\n");
+  absl::StrAppend(&out, "\n", candidate.source());
+  return out;
 }
 
 std::string BaselineText(const v1::Problem& p, const v1::EvaluationResult& r) {
@@ -154,7 +178,10 @@ absl::Status WriteBest(const std::string& out_dir, const v1::Problem& p, const v
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
   if (p.backend() != v1::BACKEND_REPLAY) {
     const char* ext = p.backend() == v1::BACKEND_CUDA ? ".cu" : ".cl";
-    if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), b.source()); !st.ok()) return st;
+    if (absl::Status st = WriteFile(fs::path(out_dir) / absl::StrCat("best", ext), SourceWithDefines(p, b));
+        !st.ok()) {
+      return st;
+    }
   }
   nlohmann::json bj = SpeedupJson(b.id(), speedup);
   if (speedup.confirmed) bj["first_speedup"] = result.speedup();

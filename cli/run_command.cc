@@ -49,6 +49,12 @@ std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
 
+}  // namespace
+
+bool RunInterrupted() { return g_stop.load(); }
+
+namespace {
+
 int BadInput(const std::string& msg) {
   std::cerr << "kforge run: " << msg << "\n";
   return 2;
@@ -333,8 +339,7 @@ int RunJob(const RunArgs& given) {
   }
   std::map<std::string, int64_t> counts(job->progress().outcome_counts().begin(),
                                         job->progress().outcome_counts().end());
-  const ReportedSpeedup best = job->has_best() ? ReportedSpeedupOf(*job, job->best(), job->best_result())
-                                               : ReportedSpeedup{.speedup = job->progress().best_speedup()};
+  const ReportedSpeedup best = JobBestSpeedup(*job);
   const std::string baseline = job->has_best() ? BaselineText(*problem, job->best_result()) : "";
   std::cout << absl::StrFormat("%s: %s (%s). %d evaluations in %.2f s; best speedup %s%s; %s\n", job_id,
                                job->state() == v1::JOB_STATE_COMPLETED   ? "completed"

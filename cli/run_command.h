@@ -48,4 +48,8 @@ struct RunArgs {
 // queue (or Redis Streams with --queue redis://...). Exit codes: 0 completed (or interrupted and resumable), 1 the job failed, 2 bad input.
 int RunJob(const RunArgs& args);
 
+// Whether SIGINT or SIGTERM reached a RunJob of this process (it stops its job, resumable): a
+// caller running many (kforge suite) stops too.
+bool RunInterrupted();
+
 }  // namespace kforge::cli

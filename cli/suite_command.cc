@@ -200,6 +200,10 @@ std::vector<Row> RunEmbedded(const SuiteArgs& args, const std::vector<std::strin
   for (size_t i = 0; i < paths.size(); ++i) {
     if (tty) std::cerr << "\r" << Bar(i, paths.size()) << " " << fs::path(paths[i]).filename().string() << "\033[K";
     rows.push_back(RunOne(args, paths[i]));
+    if (RunInterrupted()) {  // its job stopped, resumable: not a result, and no more problems
+      rows.pop_back();
+      break;
+    }
     Announce(tty, args.json, i + 1, paths.size(), rows.back());
   }
   return rows;
@@ -282,7 +286,12 @@ int RunSuite(const SuiteArgs& args) {
   } else {
     rows = RunEmbedded(args, paths, tty);
   }
-  if (tty) std::cerr << "\r" << Bar(paths.size(), paths.size()) << "\033[K\n";
+  if (tty) std::cerr << "\r" << Bar(rows.size(), paths.size()) << "\033[K\n";
+  const bool interrupted = rows.size() < paths.size();
+  if (interrupted) {
+    std::cerr << "kforge suite: interrupted after " << rows.size() << " of " << paths.size()
+              << " problems; the figures are over those\n";
+  }
   // The figures: over every problem given (a refused or failed one counts as not correct).
   int correct = 0, fast_eager = 0, compiled = 0, fast_compile = 0;
   double log_sum = 0, log_sum_compile = 0;
@@ -297,7 +306,7 @@ int RunSuite(const SuiteArgs& args) {
       log_sum_compile += std::log(r.compile);
     }
   }
-  const double n = static_cast<double>(rows.size());
+  const double n = static_cast<double>(std::max<size_t>(rows.size(), 1));
   Json j = {{"problems", rows.size()},
             {"correct", correct},
             {"correct_share", correct / n},
@@ -307,7 +316,8 @@ int RunSuite(const SuiteArgs& args) {
             {"compile_measured", compiled},
             {"fast_1_compile", fast_compile},
             {"geomean_speedup_compile", compiled > 0 ? std::exp(log_sum_compile / compiled) : 0.0},
-            {"budget", args.run.budget}};
+            {"budget", args.run.budget},
+            {"interrupted", interrupted}};
   Json table = Json::array();
   for (const Row& r : rows) {
     table.push_back({{"problem", r.name},
@@ -323,7 +333,7 @@ int RunSuite(const SuiteArgs& args) {
   std::ofstream(fs::path(args.out_dir) / "suite.json") << j.dump(2) << "\n";
   if (args.json) {
     std::cout << j.dump(2) << "\n";
-    return 0;
+    return interrupted ? 1 : 0;
   }
   std::cout << absl::StrFormat(
       "%d problems, budget %d each: correct %d (%.0f%%), fast_1 over eager %d (%.0f%% of all, %.0f%% of correct), "
@@ -343,7 +353,7 @@ int RunSuite(const SuiteArgs& args) {
               << (r.outcome == "correct" ? absl::StrFormat("%.3fx", r.eager) : "-") << " | "
               << (r.compile > 0 ? absl::StrFormat("%.3fx", r.compile) : "-") << " |\n";
   }
-  return 0;
+  return interrupted ? 1 : 0;
 }
 
 }  // namespace kforge::cli

@@ -5,6 +5,12 @@
 #
 #   scripts/cluster.sh start [DIR]    # DIR default: ./kforge-cluster; WORKERS=N (default 2)
 #   scripts/cluster.sh stop [DIR]
+#   scripts/cluster.sh restart coordinator|proxy|prometheus [DIR]
+#   scripts/cluster.sh restart worker N [DIR]
+#
+# Every service keeps its ports across a restart (Prometheus keeps its targets), and the
+# coordinator has a fixed name in job leases (jobs.owner), so a restarted one takes its running
+# jobs back at once instead of waiting for their leases to expire.
 #
 # Also a Prometheus (Debian's package) scraping every service every SCRAPE_INTERVAL (default 5s)
 # with kforge's alert rules (deploy/prometheus/alerts.yml); PROMETHEUS=0 leaves it out. The proxy
@@ -20,9 +26,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-BUILD_DIR=${BUILD_DIR:-build}
+BUILD_DIR=$(realpath -m "${BUILD_DIR:-build}")
 ACTION=${1:-start}
-DIR=$(realpath -m "${2:-kforge-cluster}")
+SERVICE="" WORKER_N=""
+if [ "$ACTION" = restart ]; then
+  SERVICE=${2:-}
+  if [ "$SERVICE" = worker ]; then WORKER_N=${3:-}; DIR_ARG=${4:-}; else DIR_ARG=${3:-}; fi
+else
+  DIR_ARG=${2:-}
+fi
+DIR=$(realpath -m "${DIR_ARG:-kforge-cluster}")
+SELF="$ROOT/scripts/cluster.sh"
+KFORGE="$BUILD_DIR/cli/kforge"
 WORKERS=${WORKERS:-2}
 PROMETHEUS=${PROMETHEUS:-1}
 SCRAPE_INTERVAL=${SCRAPE_INTERVAL:-5s}
@@ -44,8 +59,63 @@ stop() {
   echo "stopped the cluster in $DIR"
 }
 
+# Starts one service from the config `start` wrote (so a restart keeps its ports); its log starts
+# anew (the last one is kept as .log.1).
+launch() {  # coordinator | proxy | workerN | prometheus
+  local name=$1
+  [ -f "$DIR/logs/$name.log" ] && mv -f "$DIR/logs/$name.log" "$DIR/logs/$name.log.1"
+  # exec: the pid file names the service itself, not a shell around it.
+  case "$name" in
+    coordinator) exec "$BUILD_DIR/services/coordinator/kforge-coordinator" --config "$DIR/coordinator.yaml" ;;
+    proxy) exec "$BUILD_DIR/services/llm-proxy/kforge-llm-proxy" --config "$DIR/proxy.yaml" ;;
+    worker*) exec "$BUILD_DIR/services/gpu-worker/kforge-gpu-worker" --config "$DIR/$name.yaml" ;;
+    prometheus) exec prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/prometheus" \
+                  --web.listen-address="127.0.0.1:$(cat "$DIR/prometheus.port")" ;;
+  esac >"$DIR/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$DIR/$name.pid"
+}
+
+# Each kforge service prints "listening grpc=P metrics=M" once it serves.
+wait_serving() {
+  for _ in $(seq 300); do
+    grep -q "^listening" "$DIR/logs/$1.log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "cluster: $1 did not start (see $DIR/logs/$1.log)" >&2
+  return 1
+}
+
+restart() {
+  local name=$SERVICE config
+  case "$SERVICE" in
+    coordinator|proxy) config="$DIR/$name.yaml" ;;
+    prometheus) config="$DIR/prometheus.yml" ;;
+    worker)
+      [[ "$WORKER_N" =~ ^[0-9]+$ ]] || { echo "usage: $0 restart worker N [DIR]" >&2; exit 2; }
+      name="worker$WORKER_N" config="$DIR/worker$WORKER_N.yaml" ;;
+    *) echo "usage: $0 restart coordinator|proxy|prometheus [DIR] | restart worker N [DIR]" >&2; exit 2 ;;
+  esac
+  [ -f "$config" ] || { echo "cluster: no $name in $DIR ($config is missing: start the cluster first)" >&2; exit 2; }
+  if [ -f "$DIR/$name.pid" ]; then
+    local pid
+    pid=$(cat "$DIR/$name.pid")
+    kill "$pid" 2>/dev/null || true
+    # A drain or a clean shutdown takes a while; past 30 s it is killed.
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  launch "$name"
+  if [ "$name" = prometheus ]; then
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$(cat "$DIR/prometheus.port")/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+  else
+    wait_serving "$name"
+  fi
+  echo "restarted $name in $DIR (log: $DIR/logs/$name.log)"
+}
+
 if [ "$ACTION" = stop ]; then stop; exit 0; fi
-if [ "$ACTION" != start ]; then echo "usage: $0 start|stop [DIR]" >&2; exit 2; fi
+if [ "$ACTION" = restart ]; then restart; exit 0; fi
+if [ "$ACTION" != start ]; then echo "usage: $0 start|stop [DIR] | restart SERVICE [N] [DIR]" >&2; exit 2; fi
 
 for b in cli/kforge services/coordinator/kforge-coordinator services/gpu-worker/kforge-gpu-worker \
          services/llm-proxy/kforge-llm-proxy; do
@@ -58,6 +128,8 @@ command -v redis-server >/dev/null || { echo "cluster: redis-server is not insta
 mkdir -p "$DIR/problems" "$DIR/logs"
 chmod 755 "$DIR"
 PG_PORT=$(free_port); REDIS_PORT=$(free_port); COORD_PORT=$(free_port); PROXY_PORT=$(free_port)
+# Fixed metrics ports (not :0): Prometheus' targets survive a restart.
+COORD_METRICS=$(free_port); PROXY_METRICS=$(free_port)
 
 # TLS=1: a CA, a certificate for 127.0.0.1 that every service serves, a client certificate for the
 # coordinator and the CLI, and the proxy's and the workers' tokens.
@@ -117,57 +189,43 @@ for _ in $(seq 50); do
 done
 QUEUE="redis://127.0.0.1:$REDIS_PORT"
 
+# jobs.owner: one coordinator here, so a fixed name; a restarted one holds its jobs' leases at once.
 cat >"$DIR/coordinator.yaml" <<EOF
-server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:0"$COORD_TLS}
+server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:$COORD_METRICS"$COORD_TLS}
 store: {kind: postgres, url: "$DB"}
 queue: {kind: redis, url: "$QUEUE"$QUEUE_AUTH}
 llm_proxy: {address: "127.0.0.1:$PROXY_PORT"$COORD_PROXY_TLS}
-jobs: {problems_dir: "$DIR/problems"}
+jobs: {problems_dir: "$DIR/problems", owner: "cluster-coordinator"}
 EOF
 cat >"$DIR/proxy.yaml" <<EOF
-server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:0"$PROXY_TLS}
+server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:$PROXY_METRICS"$PROXY_TLS}
 $PROXY_AUTH
 EOF
 [ -n "$PROVIDERS" ] &&
   echo "llm: {providers_file: \"$(realpath "$PROVIDERS")\", probability: ${LLM_PROBABILITY:-0.8}}" >>"$DIR/proxy.yaml"
-"$BUILD_DIR/services/llm-proxy/kforge-llm-proxy" --config "$DIR/proxy.yaml" >"$DIR/logs/proxy.log" 2>&1 &
-echo $! >"$DIR/proxy.pid"
-"$BUILD_DIR/services/coordinator/kforge-coordinator" --config "$DIR/coordinator.yaml" >"$DIR/logs/coordinator.log" 2>&1 &
-echo $! >"$DIR/coordinator.pid"
+launch proxy
+launch coordinator
+WORKER_TARGETS=""
 for i in $(seq 0 $((WORKERS - 1))); do
+  WORKER_METRICS=$(free_port)
+  WORKER_TARGETS="$WORKER_TARGETS${WORKER_TARGETS:+, }\"127.0.0.1:$WORKER_METRICS\""
   cat >"$DIR/worker$i.yaml" <<EOF
-server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"$WORKER_TLS}
+server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:$WORKER_METRICS"$WORKER_TLS}
 $WORKER_AUTH
 worker: {id: "worker-$i", backends: "opencl,replay", slots: 1, replay_dirs: "$DIR/problems"}
 queue: {url: "$QUEUE", pull: true$QUEUE_AUTH}
 EOF
-  "$BUILD_DIR/services/gpu-worker/kforge-gpu-worker" --config "$DIR/worker$i.yaml" >"$DIR/logs/worker$i.log" 2>&1 &
-  echo $! >"$DIR/worker$i.pid"
+  launch "worker$i"
 done
 
 # A tenant and its token (shown once; kept in DIR/token for this script's user).
 "$BUILD_DIR/cli/kforge" admin tenant-create demo --db "$DB" >/dev/null 2>&1 || true
 TOKEN=$("$BUILD_DIR/cli/kforge" admin key-create demo --name cluster-script --db "$DB" 2>/dev/null)
 umask 077; echo "$TOKEN" >"$DIR/token"
-# Each service prints "listening grpc=P metrics=M" once it serves.
-metrics_port() {
-  for _ in $(seq 300); do
-    local line
-    line=$(grep -m1 "^listening" "$DIR/logs/$1.log" 2>/dev/null || true)
-    [ -n "$line" ] && { echo "${line##*metrics=}"; return 0; }
-    sleep 0.1
-  done
-  echo "cluster: $1 did not start (see $DIR/logs/$1.log)" >&2
-  return 1
-}
-COORD_METRICS=$(metrics_port coordinator)
-PROXY_METRICS=$(metrics_port proxy)
-WORKER_TARGETS=""
-for i in $(seq 0 $((WORKERS - 1))); do
-  WORKER_TARGETS="$WORKER_TARGETS${WORKER_TARGETS:+, }\"127.0.0.1:$(metrics_port "worker$i")\""
-done
+for name in coordinator proxy $(seq -f "worker%g" 0 $((WORKERS - 1))); do wait_serving "$name"; done
 if [ "$PROMETHEUS" = 1 ] && command -v prometheus >/dev/null; then
   PROM_PORT=$(free_port)
+  echo "$PROM_PORT" >"$DIR/prometheus.port"
   cp "$ROOT/deploy/prometheus/alerts.yml" "$DIR/alerts.yml"
   cat >"$DIR/prometheus.yml" <<EOF
 global: {scrape_interval: $SCRAPE_INTERVAL, evaluation_interval: $SCRAPE_INTERVAL}
@@ -180,15 +238,18 @@ scrape_configs:
   - job_name: kforge-worker
     static_configs: [{targets: [$WORKER_TARGETS]}]
 EOF
-  prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/prometheus" \
-    --web.listen-address="127.0.0.1:$PROM_PORT" >"$DIR/logs/prometheus.log" 2>&1 </dev/null &
-  echo $! >"$DIR/prometheus.pid"
-  echo "$PROM_PORT" >"$DIR/prometheus.port"
+  launch prometheus
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 cat <<EOF
 kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers${PROM_PORT:+, Prometheus http://127.0.0.1:$PROM_PORT})
   export KFORGE_SERVER=127.0.0.1:$COORD_PORT KFORGE_TOKEN=\$(cat $DIR/token)$CLI_TLS
-  $BUILD_DIR/cli/kforge submit examples/opencl/matmul --budget 20 --watch
-  $0 stop $DIR
+  $KFORGE submit $ROOT/examples/opencl/matmul --budget 20 --watch
+the store (kforge admin, psql):
+  $KFORGE admin tenant-list --db $DB
+  psql $DB
+logs in $DIR/logs; restart one service (its ports stay):
+  $SELF restart worker 0 $DIR
+  $SELF restart coordinator $DIR
+  $SELF stop $DIR
 EOF

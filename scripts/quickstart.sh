@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+# Only what it runs: the CLI and the sandbox its embedded worker starts (not the tests or services).
+scripts/build.sh kforge kforge-sandbox
 BUILD_DIR=${BUILD_DIR:-build}
 PROBLEM=${1:-examples/opencl/matmul}
 if [ -d "$PROBLEM" ]; then "$BUILD_DIR/cli/kforge" validate "$PROBLEM"; fi

@@ -219,6 +219,9 @@ class JobDriver {
   std::string fail_reason_;
   std::optional<v1::Job> ended_elsewhere_;  // someone else ended the job (a user's cancel)
   bool said_model_budget_ = false;
+  // The last proposal note put in the event log: one that repeats ("parameter space exhausted" on
+  // every fill while the last candidates finish) is logged once.
+  std::string last_proposal_note_;
   bool proposing_ = false;   // false while rebuilding an unordered job (nothing is proposed then)
   int64_t losses_ = 0;
   double renew_every_ = 2;

@@ -101,7 +101,8 @@ absl::Status JobDriver::RecordModelCalls(int64_t seq, const v1::MutateResponse& 
     SetTimestamp(call.mutable_time(), clock_.WallSeconds());
     KF_RETURN_IF_ERROR(store_.AppendModelCall(std::move(call), fence_).status());
   }
-  if (!resp.message().empty()) {
+  if (!resp.message().empty() && resp.message() != last_proposal_note_) {
+    last_proposal_note_ = resp.message();
     v1::JobEvent ev = Event();
     ev.set_message(absl::StrCat("proposal ", seq, ": ", resp.message()));
     KF_RETURN_IF_ERROR(store_.AppendEvent(ev, fence_).status());

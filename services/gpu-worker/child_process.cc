@@ -13,13 +13,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 
 extern char** environ;
 
@@ -56,6 +59,72 @@ bool ReachableBy(const std::string& path, const ChildUser& user) {
     if (at == at.root_path()) break;
   }
   return true;
+}
+
+absl::StatusOr<std::string> ReachableCopy(const std::string& path, const ChildUser& user) {
+  if (ReachableBy(path, user)) return path;
+  std::error_code ec;
+  const fs::path from = fs::absolute(path, ec);
+  // What the copy must match: every file's name, size and time.
+  std::string identity = from.string();
+  std::vector<fs::path> files;
+  if (fs::is_directory(from, ec)) {
+    for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (it->is_regular_file(ec) && it->path().filename() != "__pycache__" &&
+          it->path().string().find("/__pycache__/") == std::string::npos) {
+        files.push_back(it->path());
+      }
+    }
+  } else {
+    files.push_back(from);
+  }
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", ec.message()));
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    struct stat st {};
+    if (stat(f.c_str(), &st) != 0) return absl::FailedPreconditionError(absl::StrCat("cannot read ", f.string()));
+    absl::StrAppend(&identity, "|", f.lexically_relative(from).string(), ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
+                    st.st_mtim.tv_nsec);
+  }
+  // The shared root: root's and closed to writers other than root (a folder someone else made
+  // there first would let them swap the binary a sandbox runs).
+  const fs::path root = "/var/tmp/kforge-reachable";
+  fs::create_directories(root, ec);
+  struct stat rs {};
+  if (stat(root.c_str(), &rs) != 0 || rs.st_uid != 0 || (rs.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(root.string(), " must be a folder of root's that only root may write"));
+  }
+  chmod(root.c_str(), 0755);
+  const fs::path dest = root / Sha256Hex(identity).substr(0, 24);
+  const fs::path target = dest / from.filename();
+  if (fs::exists(target, ec)) return target.string();
+  const fs::path staging = root / absl::StrCat(".staging-", getpid(), "-", Sha256Hex(identity).substr(0, 8));
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  fs::copy(from, staging / from.filename(),
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) {
+    fs::remove_all(staging, ec);
+    return absl::FailedPreconditionError(absl::StrCat("cannot copy ", path, " where the sandbox's user can read it"));
+  }
+  // Readable (and, for folders and executables, searchable) by all; writable by root alone.
+  for (auto it = fs::recursive_directory_iterator(staging, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    struct stat st {};
+    if (lstat(it->path().c_str(), &st) != 0 || S_ISLNK(st.st_mode)) continue;
+    const bool x = S_ISDIR(st.st_mode) || (st.st_mode & S_IXUSR) != 0;
+    chmod(it->path().c_str(), x ? 0755 : 0644);
+  }
+  chmod(staging.c_str(), 0755);
+  fs::rename(staging, dest, ec);
+  if (ec) {
+    // Another process made it first: theirs is the same files.
+    fs::remove_all(staging, ec);
+    if (!fs::exists(target)) return absl::FailedPreconditionError(absl::StrCat("cannot place a copy of ", path));
+  }
+  return target.string();
 }
 
 namespace {

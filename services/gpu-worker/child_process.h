@@ -28,6 +28,13 @@ ChildUser ChildUserFor(int64_t run_as_uid);
 // Whether a process of `user` can reach `path`: every folder on the way is searchable by it.
 bool ReachableBy(const std::string& path, const ChildUser& user);
 
+// `path` (a file or a folder of files) where a process of `user` can read it: the path itself when
+// it can, else a copy under /var/tmp/kforge-reachable/<hash of the path and of its files' names,
+// sizes and times>/, owned by root, readable by all and writable by none but root; made once and
+// reused while the original is unchanged. For the sandbox binary and the kforge_torch package of
+// a root worker whose build or checkout lies in a folder closed to others (root's home).
+absl::StatusOr<std::string> ReachableCopy(const std::string& path, const ChildUser& user);
+
 // A fresh working folder "<TMPDIR or /tmp>/<prefix>-<our pid>-XXXXXX" the child's user owns;
 // folders of that prefix whose process is gone (a worker killed with -9) are removed first.
 absl::StatusOr<std::string> MakeChildWorkDir(const std::string& prefix, const ChildUser& user);

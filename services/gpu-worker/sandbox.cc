@@ -128,7 +128,8 @@ absl::Status Sandbox::Spawn() {
     }
   }
   ChildSpec spec;
-  spec.binary = options_.binary;
+  // A root worker's build may lie where the sandbox's user cannot reach it (root's home).
+  KF_ASSIGN_OR_RETURN(spec.binary, ReachableCopy(options_.binary, user));
   spec.env = ChildEnvironment(work_dir_, options_.env_allow, extra_env);
   spec.args = {"--backend", backend_ == v1::BACKEND_CUDA ? "cuda" : "opencl"};
   if (options_.require_jail) spec.args.emplace_back("--require-jail");

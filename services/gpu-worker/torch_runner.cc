@@ -177,11 +177,13 @@ absl::Status TorchRunner::Spawn() {
     }
   }
   ChildSpec spec;
-  spec.binary = options_.sandbox_binary;
+  // A root worker's build and checkout may lie where the child's user cannot reach them.
+  KF_ASSIGN_OR_RETURN(spec.binary, ReachableCopy(options_.sandbox_binary, user));
+  KF_ASSIGN_OR_RETURN(const std::string package, ReachableCopy(options_.package_dir, user));
   spec.env = ChildEnvironment(work_dir_, options_.env_allow, extra);
   const char* device = std::getenv("KFORGE_TORCH_DEVICE");
   const bool cuda = device != nullptr && std::string(device).rfind("cuda", 0) == 0;
-  spec.args = {"--python", options_.python, "--package", options_.package_dir, "--backend", cuda ? "cuda" : "opencl"};
+  spec.args = {"--python", options_.python, "--package", package, "--backend", cuda ? "cuda" : "opencl"};
   if (options_.jail) spec.args.emplace_back("--jail");
   if (options_.require_jail) spec.args.emplace_back("--require-jail");
   if (options_.allow_fork) spec.args.emplace_back("--allow-fork");

@@ -102,10 +102,11 @@ void WorkerCore::ProbeBackends() {
   std::vector<std::string> unjailed;
   for (v1::Backend b : options_.backends) {
     v1::HelloResponse h = evaluator_.Probe(b);
-    // Replay runs no code, and a backend without a device runs none here: no jail to report
-    // (a CUDA backend on a host without a GPU must not raise the unjailed alert).
-    if (b != v1::BACKEND_REPLAY && h.available()) {
-      metrics_.SetJailed(b, h.jailed());
+    // Replay runs no code. A backend whose sandbox did not say either way (it could not start:
+    // no device here) reports no jail state: a CUDA backend on a host without a GPU must not
+    // raise the unjailed alert; one that said it cannot jail does.
+    if (b != v1::BACKEND_REPLAY) {
+      if (h.available() || h.jailed() || !h.jail_message().empty()) metrics_.SetJailed(b, h.jailed());
       if (!h.jailed() && !h.jail_message().empty()) {
         unjailed.push_back(absl::StrCat(BackendName(b), ": ", h.jail_message()));
         log_->warn("backend={} sandboxes are not jailed: {}", std::string(BackendName(b)), h.jail_message());

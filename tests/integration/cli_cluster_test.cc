@@ -44,6 +44,7 @@ using ::kforge::testing::RunResult;
 using ::kforge::testing::SourceDir;
 using ::kforge::testing::TempDir;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -558,7 +559,7 @@ TEST_F(FakeCoordinatorTest, SubmitAndWatchPrintsProgressUntilTheJobEnds) {
   EXPECT_THAT(
       out.back(),
       HasSubstr(": completed (budget: max_candidates). 3 evaluations in 1.50 s; best speedup "
-                "2.500x; ok 3"));
+                "2.500x (unconfirmed: one evaluation's measurement); ok 3"));
   EXPECT_EQ(r.err, "");
 }
 
@@ -647,6 +648,9 @@ TEST_F(FakeCoordinatorTest, ListPagesFiltersAndPrintsJson) {
   EXPECT_THAT(r.out, HasSubstr("job-l4"));
   EXPECT_THAT(r.out, HasSubstr("job-l3"));
   EXPECT_THAT(r.out, Not(HasSubstr("job-l2")));
+  // The hint names the limit that lists the rest.
+  EXPECT_THAT(r.out, HasSubstr("(3 more: --limit 5 lists them all)")) << Describe(r);
+  EXPECT_THAT(Client({"list", "--limit", "5"}).out, Not(HasSubstr("more"))) << Describe(r);
 
   r = Client({"list", "--state", "completed", "--json"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -681,6 +685,31 @@ TEST_F(FakeCoordinatorTest, StatusAndCancel) {
   EXPECT_THAT(r.out, HasSubstr("state: running"));
   EXPECT_THAT(r.out, HasSubstr("7 evaluations"));
   EXPECT_THAT(r.out, HasSubstr("budget: 40 evaluations"));
+  EXPECT_THAT(r.out, HasSubstr("best 1.750x (unconfirmed: one evaluation's measurement)")) << Describe(r);
+
+  // A job whose finalists were re-measured shows the confirmed speedup with its interval, not the
+  // best's first measurement, in status and in list.
+  v1::Job confirmed = MakeJob("job-c", v1::JOB_STATE_COMPLETED, testing::WriteSynthReplayProblem(dir_));
+  confirmed.mutable_progress()->set_best_speedup(9.719);
+  confirmed.mutable_best()->set_id("c-3");
+  confirmed.mutable_best_result()->set_speedup(9.719);
+  v1::FinalistTiming* f = confirmed.mutable_confirmation()->add_finalists();
+  f->set_candidate_id("c-3");
+  f->set_outcome(v1::OUTCOME_OK);
+  f->set_speedup(6.14);
+  f->set_speedup_low(6.01);
+  f->set_speedup_high(6.29);
+  f->set_rounds(9);
+  fake_.Add(confirmed);
+  r = Client({"status", "job-c"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("best 6.140x (95% interval 6.010-6.290x, 9 side-by-side rounds)")) << Describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("9.719"))) << Describe(r);
+  r = Client({"list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("6.140x (6.010-6.290)")) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("1.750x unconfirmed")) << Describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("9.719"))) << Describe(r);
 
   r = Client({"status", "job-s", "--json"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -714,7 +743,11 @@ TEST_F(FakeCoordinatorTest, BestWritesTheKernelAndItsPlanAsRunDoes) {
   RunResult r = Client({"best", "job-b", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("best 3.250x"));
-  EXPECT_EQ(dir_.Read("best/best.cl"), "__kernel void best(void) {}\n");
+  // The knob values it was timed with lead the file, so it compiles on its own.
+  const std::string cl = dir_.Read("best/best.cl");
+  EXPECT_THAT(cl, HasSubstr("#ifndef TILE\n#define TILE 16\n#endif\n")) << cl;
+  EXPECT_THAT(cl, EndsWith("\n__kernel void best(void) {}\n")) << cl;
+  EXPECT_LT(cl.find("#define TILE 16"), cl.find("__kernel")) << cl;
   nlohmann::json j = nlohmann::json::parse(dir_.Read("best/best.json"), nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["candidate_id"], "c-17");

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
@@ -653,6 +654,12 @@ TEST_F(JobRunnerTest, WholeSpaceWithoutRepeats) {
   ExpectConsistent(store, *rep.job);
   EXPECT_THAT(rep.job->state_reason(), HasSubstr("exhausted"));
   EXPECT_EQ(rep.job->progress().evaluations(), static_cast<int64_t>(cache_->entries.size()));
+  // While the last candidates finish, every fill hears "exhausted" again: the log says it once.
+  auto events = store.ListEvents(id, 0, 100000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  int exhausted = 0;
+  for (const v1::JobEvent& ev : *events) exhausted += absl::StrContains(ev.message(), "exhausted") ? 1 : 0;
+  EXPECT_EQ(exhausted, 1);
   // Parents whose neighbours are used up are said to be, and only those.
   EXPECT_GT(rep.used_up_hints, 0);
   EXPECT_EQ(rep.unfounded_used_up_hints, 0);

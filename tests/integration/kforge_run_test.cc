@@ -256,6 +256,13 @@ TEST(KforgeRunTest, SmallOpenClProblem) {
     EXPECT_EQ(rep["job"]["best"]["id"], best["candidate_id"]);
     nlohmann::json best_json = ReadJson(out + "/best.json");
     EXPECT_EQ(best_json["speedup"], best["speedup"]);
+    // best.cl carries the knob values best.json gives (the seed's own #ifndef defaults would
+    // otherwise compile it with others).
+    const std::string cl = ReadFile(out + "/best.cl");
+    ASSERT_TRUE(best_json["params"].is_object()) << best_json.dump();
+    for (const auto& [knob, value] : best_json["params"].items()) {
+      EXPECT_THAT(cl, HasSubstr(absl::StrCat("#define ", knob, " ", value.get<std::string>(), "\n"))) << cl;
+    }
     EXPECT_TRUE(best_json["speedup_interval"].is_array()) << best_json.dump();
     EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("## Finalists, re-measured side by side"));
     // The runtime's kernel cache went to --cache-dir, where the next run finds it.

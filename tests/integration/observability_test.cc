@@ -5,6 +5,8 @@
 // them) goes through Prometheus' HTTP API: each parses, each panel returns data, and no alert
 // condition holds in this healthy cluster.
 
+#include <signal.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -156,6 +158,27 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
   EXPECT_EQ(cancel.exit_code, 0) << cancel.out << cancel.err;
   // A cancelled job leaves the per-job series.
   EXPECT_TRUE(WaitFor(prom, absl::StrCat("absent(kforge_coordinator_job_evaluations{job_id=\"", job_id, "\"})"), 1, 30));
+
+  // A coordinator that dies (SIGKILL: no clean release of its leases) and is restarted by the
+  // script takes its running job back at once (the same jobs.owner), not after the lease's 30 s,
+  // and Prometheus scrapes the new process at the same target.
+  submit = RunProgram(BinaryDir() + "/cli/kforge", {"submit", problem, "--budget", "400"}, env);
+  ASSERT_EQ(submit.exit_code, 0) << submit.out << submit.err;
+  const std::string second = std::string(absl::StripAsciiWhitespace(submit.out)).substr(
+      std::string(absl::StripAsciiWhitespace(submit.out)).rfind('\n') + 1);
+  const std::string evals = absl::StrCat("kforge_coordinator_job_evaluations{job_id=\"", second, "\"}");
+  ASSERT_TRUE(WaitFor(prom, evals, 3, 120)) << Log("coordinator");
+  const double before = FirstSampleValue(PrometheusQuery(prom, evals)).value_or(0);
+  const int pid = std::stoi(std::string(absl::StripAsciiWhitespace(dir_.Read("cluster/coordinator.pid"))));
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  RunResult restarted = RunProgram(SourceDir() + "/scripts/cluster.sh", {"restart", "coordinator", cluster_dir_},
+                                   {"BUILD_DIR=" + BinaryDir()});
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
+  EXPECT_NE(restarted.out.find("restarted coordinator"), std::string::npos) << restarted.out;
+  EXPECT_TRUE(WaitFor(prom, evals, before + 3, 15))
+      << "the restarted coordinator did not take its job back at once\n" << Log("coordinator");
+  cancel = RunProgram(BinaryDir() + "/cli/kforge", {"cancel", second}, env);
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.out << cancel.err;
 }
 
 }  // namespace

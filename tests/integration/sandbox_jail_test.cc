@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -26,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "services/gpu-worker/child_process.h"
 #include "services/gpu-worker/framing.h"
 #include "services/gpu-worker/sandbox.h"
 #include "services/gpu-worker/sandbox_jail.h"
@@ -153,6 +156,7 @@ testing::RunResult RunWithoutLandlock(const std::string& program, const std::vec
     std::vector<char*> argv = {const_cast<char*>(program.c_str())};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    alarm(120);  // survives the exec: a program that should have stopped cannot hang the test
     execv(program.c_str(), argv.data());
     _exit(127);
   }
@@ -207,6 +211,51 @@ TEST(SandboxJailTest, AWorkerThatRequiresAJailItCannotHaveRefusesToStart) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("sandbox.require_jail is on"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Landlock"), std::string::npos) << r.err;
+}
+
+// A root worker built in a folder closed to others (a checkout in /root): its sandboxes run as
+// nobody, who cannot reach the binary there. They start from a copy that nobody can read and
+// only root can write, made once and reused.
+TEST(SandboxJailTest, ARootWorkerBuiltInAClosedFolderStillStartsItsSandboxes) {
+  if (geteuid() != 0) GTEST_SKIP() << "the sandboxes change user only under a root worker";
+  testing::TempDir dir;
+  const std::string closed = dir.path() + "/closed";
+  std::filesystem::create_directories(closed + "/bin");
+  const std::string binary = closed + "/bin/kforge-sandbox";
+  std::filesystem::copy_file(testing::BinaryDir() + "/services/gpu-worker/kforge-sandbox", binary);
+  ASSERT_EQ(chmod(closed.c_str(), 0700), 0);
+  const ChildUser nobody = ChildUserFor(-1);
+  ASSERT_FALSE(ReachableBy(binary, nobody));
+  absl::StatusOr<std::string> copy = ReachableCopy(binary, nobody);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->rfind("/var/tmp/kforge-reachable/", 0), 0u) << *copy;
+  EXPECT_TRUE(ReachableBy(*copy, nobody));
+  struct stat st {};
+  ASSERT_EQ(stat(copy->c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  EXPECT_EQ(*ReachableCopy(binary, nobody), *copy) << "made once";
+
+  SandboxOptions opts;
+  opts.binary = binary;
+  Sandbox sb(opts, v1::BACKEND_OPENCL);
+  absl::StatusOr<v1::HelloResponse> hello = sb.EnsureStarted();
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_TRUE(hello->jailed()) << hello->jail_message();
+  // A folder (the kforge_torch package) is copied whole; a changed file makes a new copy.
+  dir.Write("closed/pkg/a.py", "x = 1\n");
+  dir.Write("closed/pkg/sub/b.py", "y = 2\n");
+  absl::StatusOr<std::string> pkg = ReachableCopy(closed + "/pkg", nobody);
+  ASSERT_TRUE(pkg.ok()) << pkg.status();
+  EXPECT_TRUE(std::filesystem::exists(*pkg + "/sub/b.py"));
+  dir.Write("closed/pkg/a.py", "x = 10\n");
+  absl::StatusOr<std::string> again = ReachableCopy(closed + "/pkg", nobody);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(*again, *pkg);
+  for (const std::string& made : {*copy, *pkg, *again}) {
+    std::error_code ec;
+    std::filesystem::remove_all(std::filesystem::path(made).parent_path(), ec);
+  }
 }
 
 }  // namespace
