@@ -54,10 +54,35 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
   return out;
 }
 
+void Readiness::Set(bool ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_ = ready;
+  if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(service_name_, ready);
+  }
+}
+
+bool Readiness::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_;
+}
+
+void Readiness::Attach(grpc::Server& server) {
+  std::lock_guard<std::mutex> lock(mu_);
+  server_ = &server;
+  if (server.GetHealthCheckService() != nullptr) server.GetHealthCheckService()->SetServingStatus(service_name_, ready_);
+}
+
+void Readiness::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  server_ = nullptr;
+}
+
 int ServeUntilSignal(const std::string& listen, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal,
-                     int max_receive_bytes, std::shared_ptr<grpc::ServerCredentials> credentials) {
+                     int max_receive_bytes, std::shared_ptr<grpc::ServerCredentials> credentials,
+                     Readiness* readiness) {
   LogListenAddresses(listen, metrics_listen, log, /*grpc_tls=*/credentials != nullptr);
   auto server = StartGrpcServer(listen, services, max_receive_bytes, registry.get(), credentials);
   if (!server.ok()) {
@@ -69,10 +94,12 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
     log->error("{}", metrics.status().message());
     return 1;
   }
+  if (readiness != nullptr) readiness->Attach(*server->server);
   log->info("serving grpc_port={} metrics_port={}", server->port, metrics->port);
   std::cout << "listening grpc=" << server->port << " metrics=" << metrics->port << std::endl;
   const int sig = WaitForTerminationSignal();
   log->info("signal={} shutting down", sig);
+  if (readiness != nullptr) readiness->Detach();
   if (on_signal) on_signal();
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(static_cast<int64_t>(shutdown_seconds * 1000)));

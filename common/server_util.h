@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,29 @@ struct MetricsEndpoint {
 [[nodiscard]] absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
                                                            std::shared_ptr<prometheus::Registry> registry);
 
+// Whether a service can do its work (its store and queue answer), as its gRPC health says for the
+// service's own name: a readiness probe that asks for that name (Kubernetes' grpc probe with
+// `service:`) stops routing to a process cut off from what it needs, while the overall status ("")
+// stays SERVING for the liveness probe (a restart would not bring the database back).
+class Readiness {
+ public:
+  explicit Readiness(std::string service_name) : service_name_(std::move(service_name)) {}
+  Readiness(const Readiness&) = delete;
+  Readiness& operator=(const Readiness&) = delete;
+  // Any thread, any time: applied now when a server is attached, else when one is.
+  void Set(bool ready);
+  bool ready() const;
+  // The started server whose health service says it; Detach before the server goes away.
+  void Attach(grpc::Server& server);
+  void Detach();
+
+ private:
+  const std::string service_name_;
+  mutable std::mutex mu_;
+  grpc::Server* server_ = nullptr;
+  bool ready_ = true;
+};
+
 // A service main's whole serving life: gRPC on `listen` and /metrics on `metrics_listen`, a
 // "listening grpc=P metrics=M" line on stdout for scripts and tests that bind port 0, then
 // waiting for SIGINT/SIGTERM (call BlockTerminationSignals() first); `on_signal` runs before the
@@ -51,7 +75,8 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr,
                      int max_receive_bytes = kDefaultMaxReceiveBytes,
-                     std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
+                     std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+                     Readiness* readiness = nullptr);
 
 // Whether a listen address (host:port) is reachable from this machine only: 127.x.x.x, ::1,
 // localhost, or a unix: socket.

@@ -54,11 +54,20 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       data_losses_(Build<prometheus::Counter>(registry, "kforge_coordinator_queue_data_losses_total",
                                               "Times the queue backend was found to have lost its data")
                        .Add({})),
-      workers_(Build<prometheus::Gauge>(registry, "kforge_coordinator_workers",
-                                        "Live workers (heard from within the heartbeat TTL)")
-                   .Add({})),
+      workers_family_(Build<prometheus::Gauge>(registry, "kforge_coordinator_workers",
+                                               "Live workers (heard from within the heartbeat TTL)")),
+      workers_(&workers_family_.Add({})),
       worker_slots_(Build<prometheus::Gauge>(registry, "kforge_coordinator_worker_slots",
-                                             "Evaluation slots of the live workers: total and busy")) {
+                                             "Evaluation slots of the live workers: total and busy")),
+      sample_failures_(Build<prometheus::Counter>(registry, "kforge_coordinator_sample_failures_total",
+                                                  "Periodic reads of a dependency (store, queue, proxy) that failed")),
+      dependency_last_success_(Build<prometheus::Gauge>(
+          registry, "kforge_coordinator_dependency_last_success_timestamp_seconds",
+          "Unix time of the last periodic read of a dependency (store, queue, proxy) that worked (0: never)")) {
+  for (const char* d : {"store", "queue"}) {
+    sample_failures_.Add({{"dependency", d}});
+    dependency_last_success_.Add({{"dependency", d}}).Set(0);
+  }
   // Every state is exported, 0 included, so a dashboard shows a state with no jobs as 0.
   for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
     if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) {
@@ -110,6 +119,39 @@ void CoordinatorMetrics::JobEnded(const std::string& job_id) {
   jobs_running_.erase(it);
 }
 
+void CoordinatorMetrics::DependencySampled(absl::string_view dependency, bool ok, double now_unix) {
+  const prometheus::Labels labels{{"dependency", std::string(dependency)}};
+  prometheus::Counter& failures = sample_failures_.Add(labels);  // exported from the first sample
+  prometheus::Gauge& last = dependency_last_success_.Add(labels);
+  if (ok) {
+    last.Set(now_unix);
+  } else {
+    failures.Increment();
+  }
+}
+
+void CoordinatorMetrics::ForgetJobCounts() {
+  for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+    if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
+    jobs_.Remove(&jobs_.Add({{"state", StateLabel(static_cast<v1::JobState>(s))}}));
+  }
+}
+
+void CoordinatorMetrics::ForgetQueueStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& gone : streams_) {
+    const prometheus::Labels labels{{"stream", gone}};
+    queue_depth_.Remove(&queue_depth_.Add(labels));
+    queue_in_flight_.Remove(&queue_in_flight_.Add(labels));
+    queue_oldest_.Remove(&queue_oldest_.Add(labels));
+  }
+  streams_.clear();
+  if (workers_ != nullptr) workers_family_.Remove(workers_);
+  workers_ = nullptr;
+  worker_slots_.Remove(&worker_slots_.Add({{"state", "total"}}));
+  worker_slots_.Remove(&worker_slots_.Add({{"state", "busy"}}));
+}
+
 void CoordinatorMetrics::SetJobCounts(const std::map<v1::JobState, int64_t>& counts) {
   for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
     if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
@@ -146,7 +188,9 @@ void CoordinatorMetrics::SetWorkers(const std::vector<v1::WorkerStatus>& workers
     slots += w.slots();
     busy += w.busy();
   }
-  workers_.Set(static_cast<double>(workers.size()));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (workers_ == nullptr) workers_ = &workers_family_.Add({});
+  workers_->Set(static_cast<double>(workers.size()));
   worker_slots_.Add({{"state", "total"}}).Set(static_cast<double>(slots));
   worker_slots_.Add({{"state", "busy"}}).Set(static_cast<double>(busy));
 }
@@ -157,9 +201,14 @@ void CoordinatorMetrics::SetDataLosses(int64_t total) {
   data_losses_seen_ = std::max(data_losses_seen_, total);
 }
 
-MetricsSampler::MetricsSampler(Store& store, WorkQueue& queue, CoordinatorMetrics& metrics, Logger log,
-                               double interval_seconds)
-    : store_(store), queue_(queue), metrics_(metrics), log_(std::move(log)), interval_seconds_(interval_seconds) {}
+MetricsSampler::MetricsSampler(Store& store, WorkQueue& queue, CoordinatorMetrics& metrics, Clock& clock, Logger log,
+                               SamplerOptions options)
+    : store_(store),
+      queue_(queue),
+      metrics_(metrics),
+      clock_(clock),
+      log_(std::move(log)),
+      options_(std::move(options)) {}
 
 MetricsSampler::~MetricsSampler() { Stop(); }
 
@@ -170,7 +219,7 @@ void MetricsSampler::Start() {
       lock.unlock();
       SampleOnce();
       lock.lock();
-      cv_.wait_for(lock, std::chrono::duration<double>(interval_seconds_), [this] { return stopping_; });
+      cv_.wait_for(lock, std::chrono::duration<double>(options_.interval_seconds), [this] { return stopping_; });
     }
   });
 }
@@ -185,26 +234,40 @@ void MetricsSampler::Stop() {
 }
 
 void MetricsSampler::SampleOnce() {
-  absl::Status failed;
-  if (auto counts = store_.CountJobsByState(); counts.ok()) {
+  // Per dependency: counted, its gauges dropped while it fails, and one log line per streak.
+  auto note = [&](const std::string& dependency, const absl::Status& st) {
+    metrics_.DependencySampled(dependency, st.ok(), clock_.WallSeconds());
+    bool& failing = failing_[dependency];
+    if (!st.ok() && !failing) log_->warn("dependency={} cannot be read: {}", dependency, st.message());
+    if (st.ok() && failing) log_->info("dependency={} answers again", dependency);
+    failing = !st.ok();
+    return st.ok();
+  };
+  absl::StatusOr<std::map<v1::JobState, int64_t>> counts = store_.CountJobsByState();
+  const bool store_ok = note("store", counts.status());
+  if (store_ok) {
     metrics_.SetJobCounts(*counts);
   } else {
-    failed = counts.status();
+    metrics_.ForgetJobCounts();
   }
-  if (auto stats = queue_.Stats(); stats.ok()) {
+  absl::StatusOr<std::vector<StreamStats>> stats = queue_.Stats();
+  absl::StatusOr<std::vector<v1::WorkerStatus>> workers =
+      stats.ok() ? queue_.ListWorkers() : absl::StatusOr<std::vector<v1::WorkerStatus>>(stats.status());
+  const bool queue_ok = note("queue", workers.status());
+  if (queue_ok) {
     metrics_.SetQueueStats(*stats);
-  } else {
-    failed = stats.status();
-  }
-  if (auto workers = queue_.ListWorkers(); workers.ok()) {
     metrics_.SetWorkers(*workers);
   } else {
-    failed = workers.status();
+    metrics_.ForgetQueueStats();
   }
   metrics_.SetDataLosses(queue_.DataLosses());
-  if (!failed.ok() && !failing_) log_->warn("metrics sample failed: {}", failed.message());
-  if (failed.ok() && failing_) log_->info("metrics sample works again");
-  failing_ = !failed.ok();
+  if (options_.proxy_probe) note("proxy", options_.proxy_probe());
+  const bool ready = store_ok && queue_ok;
+  if (options_.on_ready && ready_ != ready) {
+    if (!ready) log_->warn("not ready: the {} cannot be read", store_ok ? "queue" : "store");
+    options_.on_ready(ready);
+  }
+  ready_ = ready;
 }
 
 }  // namespace kforge::coordinator

@@ -3,16 +3,22 @@
 // The coordinator's metrics: results ingested by backend and outcome, gauges per running job
 // (removed when the job ends here, so job ids label only a bounded set of live series), and
 // fleet gauges sampled from the store and the queue every few seconds (jobs by state, queue
-// backlog per stream, live workers and slots, queue data losses).
+// backlog per stream, live workers and slots, queue data losses), and whether those samples (and
+// the llm-proxy) answer: failures counted and the last success's time per dependency, with the
+// gauges of a dependency that does not answer dropped rather than left at their last value.
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/queue/work_queue.h"
 #include "common/store/store.h"
@@ -46,6 +52,16 @@ class CoordinatorMetrics {
   void SetWorkers(const std::vector<v1::WorkerStatus>& workers);
   void SetDataLosses(int64_t total);
 
+  // One periodic read of a dependency ("store", "queue", "proxy"): a success sets its last-success
+  // time (kforge_coordinator_dependency_last_success_timestamp_seconds), a failure counts
+  // (kforge_coordinator_sample_failures_total). Store and queue are exported from the start
+  // (last success 0: never); the proxy once it is first sampled.
+  void DependencySampled(absl::string_view dependency, bool ok, double now_unix);
+  // Readings whose source cannot be read go away instead of keeping their last values: a
+  // dashboard shows no data, and an alert's absent() sees it (KforgeFleetDown).
+  void ForgetJobCounts();
+  void ForgetQueueStats();  // the streams' gauges, live workers and slots
+
  private:
   struct JobGauges {
     prometheus::Gauge* evaluations;
@@ -66,8 +82,11 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& queue_in_flight_;
   prometheus::Family<prometheus::Gauge>& queue_oldest_;
   prometheus::Counter& data_losses_;
-  prometheus::Gauge& workers_;
+  prometheus::Family<prometheus::Gauge>& workers_family_;
+  prometheus::Gauge* workers_ = nullptr;  // null while the queue cannot be read
   prometheus::Family<prometheus::Gauge>& worker_slots_;
+  prometheus::Family<prometheus::Counter>& sample_failures_;
+  prometheus::Family<prometheus::Gauge>& dependency_last_success_;
 
   std::mutex mu_;
   std::map<std::string, JobGauges> jobs_running_;
@@ -75,13 +94,23 @@ class CoordinatorMetrics {
   int64_t data_losses_seen_ = 0;
 };
 
+struct SamplerOptions {
+  double interval_seconds = 5;
+  // Whether the llm-proxy answers (empty: no proxy configured). Called on the sampler's thread; it
+  // may block up to its own deadline.
+  std::function<absl::Status()> proxy_probe;
+  // Told whether the coordinator can reach its store and its queue, at the first sample and on
+  // every change (the service's readiness).
+  std::function<void(bool)> on_ready;
+};
+
 // Samples the store and the queue into the metrics every `interval_seconds` on its own thread,
-// from Start() until Stop() (or destruction). A failed read is logged once per failure streak
-// and leaves the last values.
+// from Start() until Stop() (or destruction). A failed read is counted, logged once per failure
+// streak, and drops that dependency's gauges (CoordinatorMetrics::Forget*).
 class MetricsSampler {
  public:
-  MetricsSampler(Store& store, WorkQueue& queue, CoordinatorMetrics& metrics, Logger log,
-                 double interval_seconds = 5);
+  MetricsSampler(Store& store, WorkQueue& queue, CoordinatorMetrics& metrics, Clock& clock, Logger log,
+                 SamplerOptions options = {});
   ~MetricsSampler();
   MetricsSampler(const MetricsSampler&) = delete;
   MetricsSampler& operator=(const MetricsSampler&) = delete;
@@ -95,12 +124,14 @@ class MetricsSampler {
   Store& store_;
   WorkQueue& queue_;
   CoordinatorMetrics& metrics_;
+  Clock& clock_;
   Logger log_;
-  const double interval_seconds_;
+  const SamplerOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  bool failing_ = false;
+  std::map<std::string, bool> failing_;  // by dependency: in a failure streak (logged once)
+  std::optional<bool> ready_;            // what on_ready was last told
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -112,11 +113,12 @@ int main(int argc, char** argv) {
   }
 
   coordinator::MutatorFactory mutators = InProcessMutator;
+  std::shared_ptr<grpc::Channel> proxy_channel;
   if (!opts.llm_proxy_address.empty()) {
     // The proxy for every job; when it fails, the job's in-process parametric mutator answers
     // until it is back (a breaker per job).
-    auto remote = std::make_shared<llm::RemoteMutator>(grpc::CreateChannel(opts.llm_proxy_address, *proxy_credentials),
-                                                       /*deadline_seconds=*/120, *proxy_token);
+    proxy_channel = grpc::CreateChannel(opts.llm_proxy_address, *proxy_credentials);
+    auto remote = std::make_shared<llm::RemoteMutator>(proxy_channel, /*deadline_seconds=*/120, *proxy_token);
     mutators = [remote, &clock, log, address = opts.llm_proxy_address](
                    const v1::Problem& problem) -> absl::StatusOr<std::shared_ptr<Mutator>> {
       absl::StatusOr<std::shared_ptr<Mutator>> local = InProcessMutator(problem);
@@ -151,7 +153,18 @@ int main(int argc, char** argv) {
           : (std::filesystem::temp_directory_path() / absl::StrCat("kforge-coordinator-", getpid())).string();
   coordinator::JobApi api(metered_store, *queue, manager, {.problems_dir = problems_dir});
   coordinator::Authenticator auth(metered_store, opts.auth_required);
-  coordinator::MetricsSampler sampler(metered_store, *queue, metrics, log);
+  // Ready (the health of kforge.v1.CoordinatorService) while the store and the queue answer.
+  Readiness readiness("kforge.v1.CoordinatorService");
+  coordinator::SamplerOptions sampler_options{.on_ready = [&readiness](bool ready) { readiness.Set(ready); }};
+  if (proxy_channel != nullptr) {
+    sampler_options.proxy_probe = [proxy_channel, address = opts.llm_proxy_address]() -> absl::Status {
+      if (proxy_channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) {
+        return absl::OkStatus();
+      }
+      return absl::UnavailableError(absl::StrCat("no connection to the llm-proxy at ", address, " within 2 s"));
+    };
+  }
+  coordinator::MetricsSampler sampler(metered_store, *queue, metrics, clock, log, std::move(sampler_options));
   coordinator::CoordinatorServiceImpl service(api, auth);
   log->info(
       "owner={} store={} queue={} auth={} max_running={} slots={} ready={} threads={} in_order={} "
@@ -210,7 +223,7 @@ int main(int argc, char** argv) {
   constexpr int kMaxSubmitBytes = 72 << 20;
   const int rc = ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
                                   registry, log, kShutdownSeconds, [&manager] { manager.Stop(); },
-                                  kMaxSubmitBytes, security->credentials);
+                                  kMaxSubmitBytes, security->credentials, &readiness);
   manager.Stop();
   sampler.Stop();
   workers_stop = true;

@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/status_macros.h"
 
 extern char** environ;
 
@@ -145,6 +146,19 @@ void RemoveStaleWorkDirs(const std::string& tmp, const std::string& prefix) {
 }
 
 }  // namespace
+
+absl::StatusOr<ChildUser> PrepareChild(const std::string& binary, int64_t run_as_uid, const std::string& prefix,
+                                       std::string* work_dir) {
+  if (access(binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox binary ", binary, " is missing or not executable (set KFORGE_SANDBOX_BINARY)"));
+  }
+  const ChildUser user = ChildUserFor(run_as_uid);
+  if (work_dir->empty()) {
+    KF_ASSIGN_OR_RETURN(*work_dir, MakeChildWorkDir(prefix, user));
+  }
+  return user;
+}
 
 absl::StatusOr<std::string> MakeChildWorkDir(const std::string& prefix, const ChildUser& user) {
   const char* tmp = std::getenv("TMPDIR");

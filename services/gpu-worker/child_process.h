@@ -39,6 +39,12 @@ absl::StatusOr<std::string> ReachableCopy(const std::string& path, const ChildUs
 // folders of that prefix whose process is gone (a worker killed with -9) are removed first.
 absl::StatusOr<std::string> MakeChildWorkDir(const std::string& prefix, const ChildUser& user);
 
+// What every sandboxed child needs before it starts: `binary` is there, the user it runs as
+// (ChildUserFor), and its working folder, made on the first call (MakeChildWorkDir with `prefix`)
+// and kept in *work_dir after.
+absl::StatusOr<ChildUser> PrepareChild(const std::string& binary, int64_t run_as_uid, const std::string& prefix,
+                                       std::string* work_dir);
+
 // Gives `dir` to the child's user (when it changes user).
 absl::Status GiveToChild(const std::string& dir, const ChildUser& user);
 

@@ -95,14 +95,8 @@ Sandbox::~Sandbox() {
 }
 
 absl::Status Sandbox::Spawn() {
-  if (access(options_.binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("sandbox binary ", options_.binary,
-                                                      " is missing or not executable (set KFORGE_SANDBOX_BINARY)"));
-  }
-  const ChildUser user = ChildUserFor(options_.run_as_uid);
-  if (work_dir_.empty()) {
-    KF_ASSIGN_OR_RETURN(work_dir_, MakeChildWorkDir("kforge-sandbox", user));
-  }
+  KF_ASSIGN_OR_RETURN(const ChildUser user,
+                      PrepareChild(options_.binary, options_.run_as_uid, "kforge-sandbox", &work_dir_));
   std::vector<std::string> extra_env;
   std::vector<std::string> cache_dirs;
   if (!options_.runtime_cache_dir.empty()) {

@@ -161,14 +161,8 @@ absl::Status TorchRunner::Spawn() {
     return absl::FailedPreconditionError(
         "the kforge_torch package is not found (set KFORGE_PYTHON_DIR to the python/ folder of kforge)");
   }
-  if (access(options_.sandbox_binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("sandbox binary ", options_.sandbox_binary,
-                                                      " is missing (set KFORGE_SANDBOX_BINARY)"));
-  }
-  const ChildUser user = ChildUserFor(options_.run_as_uid);
-  if (work_dir_.empty()) {
-    KF_ASSIGN_OR_RETURN(work_dir_, MakeChildWorkDir("kforge-torch", user));
-  }
+  KF_ASSIGN_OR_RETURN(const ChildUser user,
+                      PrepareChild(options_.sandbox_binary, options_.run_as_uid, "kforge-torch", &work_dir_));
   std::vector<std::string> extra = {"PYTHONDONTWRITEBYTECODE=1", "PYTHONNOUSERSITE=1", "PYTHONUNBUFFERED=1"};
   if (options_.reuse_memory) {
     if (const std::string je = FindJemalloc(); !je.empty()) {

@@ -118,8 +118,8 @@ class ClusterTest : public ::testing::Test {
                                                        std::vector<std::string>{"--config", cfg});
     const std::string line = coordinator_->WaitForLine("listening ", 30);
     ASSERT_FALSE(line.empty()) << "the coordinator did not start";
-    int metrics = 0;
-    ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &port_, &metrics), 2) << line;
+    ASSERT_EQ(std::sscanf(line.c_str(), "listening grpc=%d metrics=%d", &port_, &coordinator_metrics_port_), 2)
+        << line;
     stub_ = v1::CoordinatorService::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
   }
@@ -196,8 +196,47 @@ class ClusterTest : public ::testing::Test {
   int proxy_port_ = 0;
   int proxy_metrics_port_ = 0;
   int port_ = 0;
+  int coordinator_metrics_port_ = 0;
   std::unique_ptr<v1::CoordinatorService::Stub> stub_;
 };
+
+// `kforge health` against the coordinator: the server as a whole, or its CoordinatorService
+// (readiness). Exit 0 when SERVING.
+int Health(int port, const std::string& service) {
+  std::vector<std::string> args = {"health", "--server", absl::StrCat("127.0.0.1:", port)};
+  if (!service.empty()) args.insert(args.end(), {"--service", service});
+  return RunProgram(BinaryDir() + "/cli/kforge", args).exit_code;
+}
+
+bool WaitForHealth(int port, const std::string& service, bool serving, double seconds) {
+  for (double waited = 0; waited < seconds; waited += 0.5) {
+    if ((Health(port, service) == 0) == serving) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  return false;
+}
+
+// An outage is visible: a coordinator cut off from PostgreSQL says it is not ready (its
+// CoordinatorService's health, what the Kubernetes readiness probe asks) while it stays alive (the
+// server's overall health, the liveness probe), counts the failed samples and drops the job
+// gauges it can no longer read; when the database is back, so is all of it.
+TEST_F(ClusterTest, ACoordinatorCutOffFromItsStoreIsNotReadyAndSaysSo) {
+  constexpr const char* kService = "kforge.v1.CoordinatorService";
+  ASSERT_TRUE(WaitForHealth(port_, kService, true, 15));
+  EXPECT_NE(HttpGet(coordinator_metrics_port_, "/metrics").find("kforge_coordinator_jobs{"), std::string::npos);
+  postgres_.Stop();
+  // The store rides out a restarting database for up to 30 s before a call fails: the sample
+  // that notices takes that long.
+  EXPECT_TRUE(WaitForHealth(port_, kService, false, 75)) << "still ready without its database";
+  EXPECT_EQ(Health(port_, ""), 0) << "alive all the same";
+  const std::string text = HttpGet(coordinator_metrics_port_, "/metrics");
+  EXPECT_EQ(text.find("kforge_coordinator_jobs{"), std::string::npos) << "a stale gauge kept";
+  EXPECT_EQ(text.find("kforge_coordinator_sample_failures_total{dependency=\"store\"} 0"), std::string::npos)
+      << "no failed sample counted";
+  ASSERT_TRUE(postgres_.Start().ok());
+  EXPECT_TRUE(WaitForHealth(port_, kService, true, 75)) << "not ready again with its database back";
+  EXPECT_NE(HttpGet(coordinator_metrics_port_, "/metrics").find("kforge_coordinator_jobs{"), std::string::npos);
+}
 
 TEST_F(ClusterTest, JobsCompleteThroughWorkerDeathCoordinatorRestartAndServerRestarts) {
   const std::string a1 = Submit("team-a", 300, 1);

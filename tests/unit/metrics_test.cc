@@ -82,7 +82,7 @@ TEST(CoordinatorMetricsTest, FleetGaugesComeFromTheStoreAndTheQueue) {
   w.set_busy(1);
   ASSERT_TRUE(queue.Heartbeat(w).ok());
   clock.Advance(3);
-  coordinator::MetricsSampler sampler(store, queue, m, MakeLogger("metrics-test", spdlog::level::off));
+  coordinator::MetricsSampler sampler(store, queue, m, clock, MakeLogger("metrics-test", spdlog::level::off));
   sampler.SampleOnce();
   text = Scrape(registry);
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_jobs{state=\"running\"} 1"));
@@ -164,6 +164,106 @@ TEST(MeteredStoreTest, AnUnreachableStoreCountsErrorsByOperationAndCode) {
   const std::string text = Scrape(registry);
   EXPECT_THAT(text, HasSubstr("kforge_store_errors_total{code=\"unavailable\",operation=\"put_evaluations\"} 2"));
   EXPECT_THAT(text, HasSubstr("kforge_store_errors_total{code=\"unavailable\",operation=\"renew_job_lease\"} 1"));
+}
+
+// A queue whose backend (Redis) cannot be reached.
+class DownQueue final : public WorkQueue {
+ public:
+  absl::Status Enqueue(const std::string&, const v1::EvaluationRequest&) override { return Down(); }
+  absl::StatusOr<std::optional<WorkItem>> Dequeue(const std::string&, const std::string&, double) override {
+    return Down();
+  }
+  absl::Status ExtendLease(const std::string&, const WorkItem&) override { return Down(); }
+  absl::Status Release(const std::string&, const WorkItem&) override { return Down(); }
+  absl::Status Complete(const std::string&, const WorkItem&, const v1::EvaluationResult&) override { return Down(); }
+  absl::StatusOr<std::optional<ResultDelivery>> NextResult(const std::string&, double) override { return Down(); }
+  absl::Status AckResult(const std::string&, const std::string&) override { return Down(); }
+  absl::Status PurgeJob(const std::string&) override { return Down(); }
+  absl::Status Heartbeat(const v1::WorkerStatus&) override { return Down(); }
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override { return Down(); }
+  int64_t DataLosses() override { return 0; }
+  absl::StatusOr<std::vector<StreamStats>> Stats() override { return Down(); }
+  void Close() override {}
+
+ private:
+  static absl::Status Down() { return absl::UnavailableError("redis unreachable"); }
+};
+
+// An outage is visible: the samples that fail are counted per dependency, the last success's time
+// stays where it was, the gauges fed by the unreachable dependency go away (KforgeFleetDown's
+// absent() then fires) instead of keeping their last values, and the coordinator says it is not
+// ready. When the dependencies answer again, all of it comes back.
+TEST(CoordinatorMetricsTest, AnOutageIsCountedDropsItsGaugesAndMakesTheCoordinatorUnready) {
+  prometheus::Registry registry;
+  coordinator::CoordinatorMetrics m(registry);
+  FakeClock clock;  // wall 1700001000
+  MemoryStore store;
+  MemoryWorkQueue queue(clock, 30);
+  v1::WorkerStatus w;
+  w.set_worker_id("w1");
+  w.set_slots(2);
+  ASSERT_TRUE(queue.Heartbeat(w).ok());
+  v1::EvaluationRequest req;
+  req.set_job_id("j1");
+  req.mutable_candidate()->set_id("c1");
+  ASSERT_TRUE(queue.Enqueue("opencl", req).ok());
+  std::vector<bool> readiness;
+  int probes = 0;
+  absl::Status proxy = absl::OkStatus();
+  coordinator::SamplerOptions options{.proxy_probe = [&] { ++probes; return proxy; },
+                                      .on_ready = [&](bool r) { readiness.push_back(r); }};
+  coordinator::MetricsSampler healthy(store, queue, m, clock, MakeLogger("metrics-test", spdlog::level::off), options);
+  std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_dependency_last_success_timestamp_seconds{dependency=\"store\"} 0"))
+      << "exported from the start: 0 = never";
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_sample_failures_total{dependency=\"queue\"} 0"));
+  healthy.SampleOnce();
+  text = Scrape(registry);
+  for (const char* d : {"store", "queue", "proxy"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("kforge_coordinator_dependency_last_success_timestamp_seconds{dependency=\"",
+                                             d, "\"} 1700001000")))
+        << d;
+  }
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_workers 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_queue_depth{stream=\"opencl\"} 1"));
+  EXPECT_EQ(readiness, std::vector<bool>{true});
+
+  // PostgreSQL, Redis and the proxy go away.
+  DownStore down_store;
+  DownQueue down_queue;
+  proxy = absl::UnavailableError("no connection");
+  coordinator::MetricsSampler cut_off(down_store, down_queue, m, clock, MakeLogger("metrics-test", spdlog::level::off),
+                                      options);
+  clock.Advance(10);
+  cut_off.SampleOnce();
+  clock.Advance(5);
+  cut_off.SampleOnce();
+  text = Scrape(registry);
+  for (const char* d : {"store", "queue", "proxy"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("kforge_coordinator_sample_failures_total{dependency=\"", d, "\"} 2")))
+        << d;
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("kforge_coordinator_dependency_last_success_timestamp_seconds{dependency=\"",
+                                             d, "\"} 1700001000")))
+        << d;
+  }
+  EXPECT_THAT(text, Not(HasSubstr("kforge_coordinator_workers "))) << text;
+  EXPECT_THAT(text, Not(HasSubstr("kforge_coordinator_worker_slots{"))) << text;
+  EXPECT_THAT(text, Not(HasSubstr("kforge_coordinator_queue_depth{"))) << text;
+  EXPECT_THAT(text, Not(HasSubstr("kforge_coordinator_jobs{"))) << text;
+  EXPECT_EQ(readiness, (std::vector<bool>{true, false})) << "told once per change";
+
+  // Back: the gauges return, readiness too.
+  proxy = absl::OkStatus();
+  clock.Advance(5);
+  ASSERT_TRUE(queue.Heartbeat(w).ok());  // within the workers' heartbeat TTL
+  coordinator::MetricsSampler back(store, queue, m, clock, MakeLogger("metrics-test", spdlog::level::off), options);
+  back.SampleOnce();
+  text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_workers 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_jobs{state=\"running\"} 0"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_dependency_last_success_timestamp_seconds{dependency=\"queue\"} 1700001020"));
+  EXPECT_EQ(readiness.back(), true);
+  EXPECT_EQ(probes, 4);
 }
 
 TEST(ProcessCollectorTest, ExportsTheStandardProcessSeries) {
