@@ -220,7 +220,7 @@ int RunJob(const RunArgs& given) {
     if (!token.ok()) return BadInput(absl::StrCat("--llm-proxy-token-file: ", token.status().message()));
     remote = std::make_unique<coordinator::FallbackMutator>(
         std::make_shared<llm::RemoteMutator>(
-            grpc::CreateChannel(args.llm_proxy, *credentials), /*deadline_seconds=*/600, *token),
+            llm::ProxyChannel(args.llm_proxy, *credentials), /*deadline_seconds=*/600, *token),
         parametric, absl::StrCat("kforge-llm-proxy at ", args.llm_proxy), BreakerOptions{}, clock, log);
     mutator_line = absl::StrCat("mutator: remote kforge-llm-proxy at ", args.llm_proxy);
   }

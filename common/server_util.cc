@@ -17,7 +17,8 @@ namespace kforge {
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                                               const std::vector<grpc::Service*>& services, int max_receive_bytes,
                                               prometheus::Registry* registry,
-                                              std::shared_ptr<grpc::ServerCredentials> credentials) {
+                                              std::shared_ptr<grpc::ServerCredentials> credentials,
+                                              const std::function<void(grpc::ServerBuilder&)>& configure) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -26,6 +27,7 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& listen,
                            &out.port);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
   for (auto* s : services) builder.RegisterService(s);
+  if (configure) configure(builder);
   if (registry != nullptr) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
     interceptors.push_back(std::make_unique<GrpcRequestCounter>(*registry));
@@ -82,9 +84,9 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
                      const std::vector<grpc::Service*>& services, std::shared_ptr<prometheus::Registry> registry,
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal,
                      int max_receive_bytes, std::shared_ptr<grpc::ServerCredentials> credentials,
-                     Readiness* readiness) {
+                     Readiness* readiness, const std::function<void(grpc::ServerBuilder&)>& configure) {
   LogListenAddresses(listen, metrics_listen, log, /*grpc_tls=*/credentials != nullptr);
-  auto server = StartGrpcServer(listen, services, max_receive_bytes, registry.get(), credentials);
+  auto server = StartGrpcServer(listen, services, max_receive_bytes, registry.get(), credentials, configure);
   if (!server.ok()) {
     log->error("{}", server.status().message());
     return 1;

@@ -29,10 +29,12 @@ inline constexpr int kDefaultMaxReceiveBytes = 4 << 20;
 // health service and reflection; a larger message than `max_receive_bytes` is refused
 // (RESOURCE_EXHAUSTED). `credentials` (common/tls.h) default to plaintext.
 // With a registry, every finished RPC is counted (kforge_grpc_server_requests_total).
+// `configure` may set more of the builder (channel arguments) before it starts.
 [[nodiscard]] absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& listen, const std::vector<grpc::Service*>& services,
     int max_receive_bytes = kDefaultMaxReceiveBytes, prometheus::Registry* registry = nullptr,
-    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+    const std::function<void(grpc::ServerBuilder&)>& configure = nullptr);
 
 struct MetricsEndpoint {
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -76,7 +78,8 @@ int ServeUntilSignal(const std::string& listen, const std::string& metrics_liste
                      const Logger& log, double shutdown_seconds, const std::function<void()>& on_signal = nullptr,
                      int max_receive_bytes = kDefaultMaxReceiveBytes,
                      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
-                     Readiness* readiness = nullptr);
+                     Readiness* readiness = nullptr,
+                     const std::function<void(grpc::ServerBuilder&)>& configure = nullptr);
 
 // Whether a listen address (host:port) is reachable from this machine only: 127.x.x.x, ::1,
 // localhost, or a unix: socket.

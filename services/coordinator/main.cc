@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   if (!opts.llm_proxy_address.empty()) {
     // The proxy for every job; when it fails, the job's in-process parametric mutator answers
     // until it is back (a breaker per job).
-    proxy_channel = grpc::CreateChannel(opts.llm_proxy_address, *proxy_credentials);
+    proxy_channel = llm::ProxyChannel(opts.llm_proxy_address, *proxy_credentials);
     auto remote = std::make_shared<llm::RemoteMutator>(proxy_channel, /*deadline_seconds=*/120, *proxy_token);
     mutators = [remote, &clock, log, address = opts.llm_proxy_address](
                    const v1::Problem& problem) -> absl::StatusOr<std::shared_ptr<Mutator>> {

@@ -76,7 +76,13 @@ int main(int argc, char** argv) {
   constexpr double kShutdownSeconds = 2;
   // A request may carry a replay problem's recorded configurations (once per space): up to 64 MiB.
   constexpr int kMaxReceiveBytes = 64 << 20;
-  return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service},
-                          registry, log, kShutdownSeconds,
-                          [&service] { service.BeginShutdown(); }, kMaxReceiveBytes, security->credentials);
+  // Connections end after a minute (calls in flight get 10 more): the coordinators' channels then
+  // resolve the proxies' name again and spread over pods a scale-up added (ProxyChannel).
+  const auto connection_age = [](grpc::ServerBuilder& b) {
+    b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 60 * 1000);
+    b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 10 * 60 * 1000);
+  };
+  return ServeUntilSignal(opts.server.listen, opts.server.metrics_listen, {&service}, registry, log, kShutdownSeconds,
+                          [&service] { service.BeginShutdown(); }, kMaxReceiveBytes, security->credentials,
+                          /*readiness=*/nullptr, connection_age);
 }

@@ -148,7 +148,7 @@ const PROMETHEUS = { ns: "monitoring", labels: { "app.kubernetes.io/name": "prom
 
 // host:port -> {host, port}
 function hostPort(s, defaultPort) {
-  const m = String(s).match(/^(?:[a-z]+:\/\/)?(?:[^@/]*@)?([^:/]*)(?::(\d+))?/);
+  const m = String(s).match(/^(?:[a-z]+:\/\/\/?)?(?:[^@/]*@)?([^:/]*)(?::(\d+))?/);
   return { host: m?.[1] ?? "", port: m?.[2] ? Number(m[2]) : defaultPort };
 }
 

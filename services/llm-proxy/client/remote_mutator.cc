@@ -7,6 +7,13 @@
 
 namespace kforge::llm {
 
+std::shared_ptr<grpc::Channel> ProxyChannel(const std::string& target,
+                                            const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::ChannelArguments args;
+  args.SetLoadBalancingPolicyName("round_robin");
+  return grpc::CreateCustomChannel(target, credentials, args);
+}
+
 RemoteMutator::RemoteMutator(std::shared_ptr<grpc::Channel> channel, double deadline_seconds, std::string token)
     : stub_(v1::LlmProxyService::NewStub(std::move(channel))), deadline_seconds_(deadline_seconds),
       token_(std::move(token)) {}

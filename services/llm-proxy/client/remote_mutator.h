@@ -20,6 +20,14 @@ namespace kforge::llm {
 // proxy does not hold: the caller sends the request again with the configurations.
 inline constexpr absl::string_view kReplaySpaceUnknown = "replay space not held here";
 
+// A channel to the proxy (or proxies) at `target` that spreads calls over every address the name
+// resolves to (round_robin): "dns:///llm-proxy:7071" behind a headless Service reaches every
+// proxy pod, "ipv4:10.0.0.1:7071,10.0.0.2:7071" a fixed list, "host:port" one server. A proxy
+// closes connections after a while (max connection age), which makes this channel resolve the
+// name again and find pods that a scale-up added.
+std::shared_ptr<grpc::Channel> ProxyChannel(const std::string& target,
+                                            const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+
 // Calls a remote proxy with a deadline. The proxy keeps no per-job state: the caller lists the seen
 // hashes in the request (WantsSeenHashes), and children seen meanwhile are dropped on return. A
 // replay problem's recorded configurations go along by key (read from its cache here, where the
