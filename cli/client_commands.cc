@@ -348,6 +348,9 @@ int StatusCommand(const ClientArgs& client_args, const std::string& job_id, bool
   if (!p.outcome_counts().empty()) std::cout << "; " << FormatCounts(Counts(p));
   std::cout << "\n";
   std::cout << "budget: " << BudgetText(job.spec().budget()) << "\n";
+  if (p.llm_tokens() > 0 || p.llm_cost_usd() > 0) {
+    std::cout << absl::StrFormat("model calls: %d tokens, %.4f USD\n", p.llm_tokens(), p.llm_cost_usd());
+  }
   if (job.has_best()) {
     std::cout << "best: candidate " << job.best().id() << " (" << ParamsText(job.best()) << ")\n";
   }

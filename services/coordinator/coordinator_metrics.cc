@@ -10,6 +10,8 @@ namespace kforge::coordinator {
 
 namespace {
 
+std::string TenantLabel(const std::string& tenant) { return tenant.empty() ? "-" : tenant; }
+
 std::string StateLabel(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
   constexpr absl::string_view kPrefix = "JOB_STATE_";
@@ -30,7 +32,7 @@ prometheus::Family<T>& Build(prometheus::Registry& registry, const char* name, c
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
     : evaluations_(Build<prometheus::Counter>(registry, "kforge_coordinator_evaluations_total",
-                                              "Results ingested, by backend and outcome")),
+                                              "Results ingested, by backend, outcome and tenant")),
       job_evaluations_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_evaluations",
                                                 "Evaluations of each job running here")),
       job_budget_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_budget_evaluations",
@@ -59,6 +61,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       workers_(&workers_family_.Add({})),
       worker_slots_(Build<prometheus::Gauge>(registry, "kforge_coordinator_worker_slots",
                                              "Evaluation slots of the live workers: total and busy")),
+      model_tokens_(Build<prometheus::Counter>(registry, "kforge_coordinator_model_tokens_total",
+                                               "Model tokens (input and output) the jobs run here spent, by tenant")),
+      model_cost_(Build<prometheus::Counter>(registry, "kforge_coordinator_model_cost_usd_total",
+                                             "Model cost in USD the jobs run here spent, by tenant")),
       sample_failures_(Build<prometheus::Counter>(registry, "kforge_coordinator_sample_failures_total",
                                                   "Periodic reads of a dependency (store, queue, proxy) that failed")),
       dependency_last_success_(Build<prometheus::Gauge>(
@@ -78,9 +84,28 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
   worker_slots_.Add({{"state", "busy"}}).Set(0);
 }
 
-void CoordinatorMetrics::RecordEvaluation(v1::Backend backend, v1::Outcome outcome) {
-  evaluations_.Add({{"backend", std::string(BackendName(backend))}, {"outcome", std::string(OutcomeName(outcome))}})
+void CoordinatorMetrics::RecordEvaluation(v1::Backend backend, v1::Outcome outcome, const std::string& tenant) {
+  evaluations_
+      .Add({{"backend", std::string(BackendName(backend))},
+            {"outcome", std::string(OutcomeName(outcome))},
+            {"tenant", TenantLabel(tenant)}})
       .Increment();
+}
+
+void CoordinatorMetrics::ModelUsage(const std::string& job_id, int64_t tokens_total, double cost_usd_total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_running_.find(job_id);
+  if (it == jobs_running_.end()) return;
+  JobGauges& g = it->second;
+  const prometheus::Labels labels{{"tenant", g.tenant}};
+  if (tokens_total > g.tokens_seen) {
+    model_tokens_.Add(labels).Increment(static_cast<double>(tokens_total - g.tokens_seen));
+    g.tokens_seen = tokens_total;
+  }
+  if (cost_usd_total > g.cost_seen) {
+    model_cost_.Add(labels).Increment(cost_usd_total - g.cost_seen);
+    g.cost_seen = cost_usd_total;
+  }
 }
 
 void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
@@ -88,6 +113,13 @@ void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
   std::lock_guard<std::mutex> lock(mu_);
   JobGauges g{&job_evaluations_.Add(labels), &job_budget_.Add(labels), &job_best_.Add(labels),
               &job_best_compiled_.Add(labels), &job_last_result_.Add(labels)};
+  // Usage before this run (a resumed job) was counted by the run that spent it.
+  g.tenant = TenantLabel(job.spec().tenant());
+  g.tokens_seen = job.progress().llm_tokens();
+  g.cost_seen = job.progress().llm_cost_usd();
+  // The tenant's series exist from its first job on (a rate of 0, not no data).
+  model_tokens_.Add({{"tenant", g.tenant}});
+  model_cost_.Add({{"tenant", g.tenant}});
   g.evaluations->Set(static_cast<double>(job.progress().evaluations()));
   g.budget->Set(static_cast<double>(job.spec().budget().max_candidates()));
   g.best_speedup->Set(job.progress().best_speedup());

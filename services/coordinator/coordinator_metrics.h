@@ -36,8 +36,12 @@ class CoordinatorMetrics {
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
 
-  // A result the coordinator ingested.
-  void RecordEvaluation(v1::Backend backend, v1::Outcome outcome);
+  // A result the coordinator ingested, for a job of `tenant` (tenants are few: a bounded label;
+  // "-" for a job without one, as in a cluster without auth).
+  void RecordEvaluation(v1::Backend backend, v1::Outcome outcome, const std::string& tenant);
+  // The job's model usage so far (its progress' llm_tokens and llm_cost_usd): what grew since the
+  // last call (or since JobStarted) counts towards its tenant's model tokens and cost.
+  void ModelUsage(const std::string& job_id, int64_t tokens_total, double cost_usd_total);
   // A job starts running here: its gauges appear, from what the store says of it.
   void JobStarted(const v1::Job& job, double now_unix);
   // After each ingested result. best_speedup_compiled: the best's speedup over torch.compile for a
@@ -69,6 +73,9 @@ class CoordinatorMetrics {
     prometheus::Gauge* best_speedup;
     prometheus::Gauge* best_compiled;
     prometheus::Gauge* last_result;
+    std::string tenant;
+    int64_t tokens_seen = 0;
+    double cost_seen = 0;
   };
 
   prometheus::Family<prometheus::Counter>& evaluations_;
@@ -85,6 +92,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& workers_family_;
   prometheus::Gauge* workers_ = nullptr;  // null while the queue cannot be read
   prometheus::Family<prometheus::Gauge>& worker_slots_;
+  prometheus::Family<prometheus::Counter>& model_tokens_;
+  prometheus::Family<prometheus::Counter>& model_cost_;
   prometheus::Family<prometheus::Counter>& sample_failures_;
   prometheus::Family<prometheus::Gauge>& dependency_last_success_;
 

@@ -205,8 +205,9 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   ro.confirm_every = options_.confirm_every;
   ProgressFn progress;
   if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
-    progress = [this, metrics, backend = r->problem.backend()](const Progress& p) {
-      if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome());
+    progress = [this, metrics, backend = r->problem.backend(), tenant = r->tenant](const Progress& p) {
+      if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome(), tenant);
+      metrics->ModelUsage(p.job->id(), p.job->progress().llm_tokens(), p.job->progress().llm_cost_usd());
       metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, p.best_speedup_compiled,
                            clock_.WallSeconds());
     };

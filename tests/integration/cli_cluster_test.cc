@@ -686,11 +686,14 @@ TEST_F(FakeCoordinatorTest, StatusAndCancel) {
   EXPECT_THAT(r.out, HasSubstr("7 evaluations"));
   EXPECT_THAT(r.out, HasSubstr("budget: 40 evaluations"));
   EXPECT_THAT(r.out, HasSubstr("best 1.750x (unconfirmed: one evaluation's measurement)")) << Describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("model calls"))) << "no model used";
 
   // A job whose finalists were re-measured shows the confirmed speedup with its interval, not the
   // best's first measurement, in status and in list.
   v1::Job confirmed = MakeJob("job-c", v1::JOB_STATE_COMPLETED, testing::WriteSynthReplayProblem(dir_));
   confirmed.mutable_progress()->set_best_speedup(9.719);
+  confirmed.mutable_progress()->set_llm_tokens(1234);
+  confirmed.mutable_progress()->set_llm_cost_usd(0.0125);
   confirmed.mutable_best()->set_id("c-3");
   confirmed.mutable_best_result()->set_speedup(9.719);
   v1::FinalistTiming* f = confirmed.mutable_confirmation()->add_finalists();
@@ -704,6 +707,7 @@ TEST_F(FakeCoordinatorTest, StatusAndCancel) {
   r = Client({"status", "job-c"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("best 6.140x (95% interval 6.010-6.290x, 9 side-by-side rounds)")) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("model calls: 1234 tokens, 0.0125 USD")) << Describe(r);
   EXPECT_THAT(r.out, Not(HasSubstr("9.719"))) << Describe(r);
   r = Client({"list"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);

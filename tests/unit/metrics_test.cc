@@ -47,7 +47,7 @@ TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 7"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_budget_evaluations{job_id=\"job-a\"} 50"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 1.5"));
-  m.RecordEvaluation(v1::BACKEND_OPENCL, v1::OUTCOME_WRONG_ANSWER);
+  m.RecordEvaluation(v1::BACKEND_OPENCL, v1::OUTCOME_WRONG_ANSWER, "acme");
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\"} 0"));
   m.JobProgress("job-a", 8, 2.25, 1.75, 1010);
   text = Scrape(registry);
@@ -55,10 +55,39 @@ TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 8"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 2.25"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_last_result_timestamp_seconds{job_id=\"job-a\"} 1010"));
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_evaluations_total{backend=\"opencl\",outcome=\"wrong_answer\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("kforge_coordinator_evaluations_total{backend=\"opencl\",outcome=\"wrong_answer\",tenant=\"acme\"} 1"));
   m.JobEnded("job-a");
   m.JobProgress("job-a", 9, 3, 0, 1020);  // a late call after the end brings nothing back
   EXPECT_THAT(Scrape(registry), Not(HasSubstr("job-a")));
+}
+
+// Model spend by tenant: what a job's totals grew by since it started here, not what an earlier
+// run of it (before a resume) spent; a job without a tenant counts under "-".
+TEST(CoordinatorMetricsTest, ModelTokensAndCostCountPerTenant) {
+  prometheus::Registry registry;
+  coordinator::CoordinatorMetrics m(registry);
+  v1::Job a = RunningJob("job-a");
+  a.mutable_spec()->set_tenant("acme");
+  a.mutable_progress()->set_llm_tokens(1000);  // spent before a resume
+  a.mutable_progress()->set_llm_cost_usd(0.5);
+  m.JobStarted(a, 1000);
+  v1::Job b = RunningJob("job-b");
+  b.mutable_spec()->clear_tenant();
+  m.JobStarted(b, 1000);
+  std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_cost_usd_total{tenant=\"acme\"} 0")) << text;
+  m.ModelUsage("job-a", 1300, 0.75);
+  m.ModelUsage("job-a", 1300, 0.75);  // no growth, nothing counted
+  m.ModelUsage("job-b", 40, 0.01);
+  m.ModelUsage("job-c", 99, 9);       // not running here
+  text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_tokens_total{tenant=\"acme\"} 300")) << text;
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_cost_usd_total{tenant=\"acme\"} 0.25")) << text;
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_tokens_total{tenant=\"-\"} 40")) << text;
+  m.JobEnded("job-a");
+  m.ModelUsage("job-a", 2000, 2);  // after its end here: not counted
+  EXPECT_THAT(Scrape(registry), HasSubstr("kforge_coordinator_model_tokens_total{tenant=\"acme\"} 300"));
 }
 
 TEST(CoordinatorMetricsTest, FleetGaugesComeFromTheStoreAndTheQueue) {
