@@ -13,7 +13,9 @@
 # jobs back at once instead of waiting for their leases to expire.
 #
 # Also a Prometheus (Debian's package) scraping every service every SCRAPE_INTERVAL (default 5s)
-# with kforge's alert rules (deploy/prometheus/alerts.yml); PROMETHEUS=0 leaves it out. The proxy
+# with kforge's alert rules (deploy/prometheus/alerts.yml), an Alertmanager it sends them to
+# (deploy/alertmanager/alertmanager.yml: edit its receivers), and the PostgreSQL and Redis
+# exporters (Debian's packages, each where installed); PROMETHEUS=0 leaves all of it out. The proxy
 # asks models for mutations when PROVIDERS names an LLM config file (see README: model mutations),
 # for a share LLM_PROBABILITY (default 0.8) of them.
 #
@@ -48,11 +50,21 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 as_db_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$@"; else "$@"; fi; }
 
 stop() {
+  local pids=()
   for f in "$DIR"/*.pid; do
     [ -f "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null || true
+    pids+=("$(cat "$f")")
+    kill "${pids[-1]}" 2>/dev/null || true
     rm -f "$f"
   done
+  # Workers drain and coordinators release their leases: up to 30 s, then they are killed.
+  for _ in $(seq 300); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   if [ -d "$DIR/pg" ]; then
     as_db_user "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$DIR/pg" -m fast stop >/dev/null 2>&1 || true
   fi
@@ -71,6 +83,14 @@ launch() {  # coordinator | proxy | workerN | prometheus
     worker*) exec "$BUILD_DIR/services/gpu-worker/kforge-gpu-worker" --config "$DIR/$name.yaml" ;;
     prometheus) exec prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/prometheus" \
                   --web.listen-address="127.0.0.1:$(cat "$DIR/prometheus.port")" ;;
+    alertmanager) exec prometheus-alertmanager --config.file="$DIR/alertmanager.yml" \
+                    --storage.path="$DIR/alertmanager" --cluster.listen-address= \
+                    --web.listen-address="127.0.0.1:$(cat "$DIR/alertmanager.port")" ;;
+    postgres-exporter) DATA_SOURCE_NAME="$(cat "$DIR/postgres-exporter.dsn")" exec prometheus-postgres-exporter \
+                         --web.listen-address="127.0.0.1:$(cat "$DIR/postgres-exporter.port")" ;;
+    redis-exporter) REDIS_PASSWORD="$(cat "$DIR/tls/redis-password" 2>/dev/null || true)" exec prometheus-redis-exporter \
+                      -redis.addr "$(cat "$DIR/redis-exporter.target")" \
+                      -web.listen-address "127.0.0.1:$(cat "$DIR/redis-exporter.port")" ;;
   esac >"$DIR/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$DIR/$name.pid"
 }
@@ -90,10 +110,11 @@ restart() {
   case "$SERVICE" in
     coordinator|proxy) config="$DIR/$name.yaml" ;;
     prometheus) config="$DIR/prometheus.yml" ;;
+    alertmanager|postgres-exporter|redis-exporter) config="$DIR/$name.port" ;;
     worker)
       [[ "$WORKER_N" =~ ^[0-9]+$ ]] || { echo "usage: $0 restart worker N [DIR]" >&2; exit 2; }
       name="worker$WORKER_N" config="$DIR/worker$WORKER_N.yaml" ;;
-    *) echo "usage: $0 restart coordinator|proxy|prometheus [DIR] | restart worker N [DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 restart coordinator|proxy|prometheus|alertmanager|postgres-exporter|redis-exporter [DIR] | restart worker N [DIR]" >&2; exit 2 ;;
   esac
   [ -f "$config" ] || { echo "cluster: no $name in $DIR ($config is missing: start the cluster first)" >&2; exit 2; }
   if [ -f "$DIR/$name.pid" ]; then
@@ -105,8 +126,10 @@ restart() {
     kill -9 "$pid" 2>/dev/null || true
   fi
   launch "$name"
-  if [ "$name" = prometheus ]; then
-    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$(cat "$DIR/prometheus.port")/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+  if [ "$name" = prometheus ] || [ "$name" = alertmanager ]; then
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$(cat "$DIR/$name.port")/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+  elif [[ "$name" == *-exporter ]]; then
+    sleep 0.5
   else
     wait_serving "$name"
   fi
@@ -227,10 +250,35 @@ if [ "$PROMETHEUS" = 1 ] && command -v prometheus >/dev/null; then
   PROM_PORT=$(free_port)
   echo "$PROM_PORT" >"$DIR/prometheus.port"
   cp "$ROOT/deploy/prometheus/alerts.yml" "$DIR/alerts.yml"
+  # Alertmanager and the exporters, where Debian's packages are installed.
+  ALERTING="" EXPORTERS=""
+  if command -v prometheus-alertmanager >/dev/null; then
+    free_port >"$DIR/alertmanager.port"
+    cp "$ROOT/deploy/alertmanager/alertmanager.yml" "$DIR/alertmanager.yml"
+    launch alertmanager
+    ALERTING="alerting: {alertmanagers: [{static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/alertmanager.port")\"]}]}]}"
+  fi
+  if command -v prometheus-postgres-exporter >/dev/null; then
+    free_port >"$DIR/postgres-exporter.port"
+    echo "postgresql://kforge@127.0.0.1:$PG_PORT/kforge?sslmode=disable" >"$DIR/postgres-exporter.dsn"
+    launch postgres-exporter
+    EXPORTERS="$EXPORTERS
+  - job_name: postgres
+    static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/postgres-exporter.port")\"]}]"
+  fi
+  if command -v prometheus-redis-exporter >/dev/null; then
+    free_port >"$DIR/redis-exporter.port"
+    echo "redis://127.0.0.1:$REDIS_PORT" >"$DIR/redis-exporter.target"
+    launch redis-exporter
+    EXPORTERS="$EXPORTERS
+  - job_name: redis
+    static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/redis-exporter.port")\"]}]"
+  fi
   cat >"$DIR/prometheus.yml" <<EOF
 global: {scrape_interval: $SCRAPE_INTERVAL, evaluation_interval: $SCRAPE_INTERVAL}
 rule_files: [alerts.yml]
-scrape_configs:
+$ALERTING
+scrape_configs:$EXPORTERS
   - job_name: kforge-coordinator
     static_configs: [{targets: ["127.0.0.1:$COORD_METRICS"]}]
   - job_name: kforge-llm-proxy
@@ -242,7 +290,7 @@ EOF
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 cat <<EOF
-kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers${PROM_PORT:+, Prometheus http://127.0.0.1:$PROM_PORT})
+kforge cluster up in $DIR (PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, coordinator :$COORD_PORT, proxy :$PROXY_PORT, $WORKERS workers${PROM_PORT:+, Prometheus http://127.0.0.1:$PROM_PORT}$( [ -f "$DIR/alertmanager.port" ] && echo ", Alertmanager http://127.0.0.1:$(cat "$DIR/alertmanager.port")"))
   export KFORGE_SERVER=127.0.0.1:$COORD_PORT KFORGE_TOKEN=\$(cat $DIR/token)$CLI_TLS
   $KFORGE submit $ROOT/examples/opencl/matmul --budget 20 --watch
 the store (kforge admin, psql):

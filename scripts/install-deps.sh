@@ -9,7 +9,8 @@ PKGS=(
   libboost-dev libsqlite3-dev libhiredis-dev libpqxx-dev prometheus-cpp-dev libcurl4-openssl-dev
   zlib1g-dev libssl-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
-  redis-server postgresql prometheus curl python3 python3-yaml
+  redis-server postgresql prometheus prometheus-alertmanager prometheus-postgres-exporter
+  prometheus-redis-exporter curl python3 python3-yaml
 )
 # PyTorch modules as problems (kforge import, torch references in the worker): Debian's CPU
 # PyTorch 1.13, jemalloc, which the reference process preloads, and OpenBLAS: Debian's torch does

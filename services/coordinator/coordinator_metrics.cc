@@ -46,6 +46,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       job_last_result_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_last_result_timestamp_seconds",
                                                 "Unix time of the last result of each job running here (its start "
                                                 "until the first)")),
+      job_started_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_started_timestamp_seconds",
+                                            "Unix time each job running here was first started")),
       jobs_(Build<prometheus::Gauge>(registry, "kforge_coordinator_jobs", "Jobs in the store, by state")),
       queue_depth_(Build<prometheus::Gauge>(registry, "kforge_coordinator_queue_depth",
                                             "Work items queued and not yet taken, by stream")),
@@ -109,10 +111,12 @@ void CoordinatorMetrics::ModelUsage(const std::string& job_id, int64_t tokens_to
 }
 
 void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
-  const prometheus::Labels labels{{"job_id", job.id()}};
+  // The tenant too: a running-jobs table by tenant (jobs end, and tenants are few).
+  const prometheus::Labels labels{{"job_id", job.id()}, {"tenant", TenantLabel(job.spec().tenant())}};
   std::lock_guard<std::mutex> lock(mu_);
-  JobGauges g{&job_evaluations_.Add(labels), &job_budget_.Add(labels), &job_best_.Add(labels),
-              &job_best_compiled_.Add(labels), &job_last_result_.Add(labels)};
+  JobGauges g{&job_evaluations_.Add(labels), &job_budget_.Add(labels),     &job_best_.Add(labels),
+              &job_best_compiled_.Add(labels), &job_last_result_.Add(labels), &job_started_.Add(labels)};
+  g.started->Set(job.started_at().seconds() > 0 ? static_cast<double>(job.started_at().seconds()) : now_unix);
   // Usage before this run (a resumed job) was counted by the run that spent it.
   g.tenant = TenantLabel(job.spec().tenant());
   g.tokens_seen = job.progress().llm_tokens();
@@ -148,6 +152,7 @@ void CoordinatorMetrics::JobEnded(const std::string& job_id) {
   job_best_.Remove(it->second.best_speedup);
   job_best_compiled_.Remove(it->second.best_compiled);
   job_last_result_.Remove(it->second.last_result);
+  job_started_.Remove(it->second.started);
   jobs_running_.erase(it);
 }
 

@@ -73,6 +73,7 @@ class CoordinatorMetrics {
     prometheus::Gauge* best_speedup;
     prometheus::Gauge* best_compiled;
     prometheus::Gauge* last_result;
+    prometheus::Gauge* started;
     std::string tenant;
     int64_t tokens_seen = 0;
     double cost_seen = 0;
@@ -84,6 +85,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_best_;
   prometheus::Family<prometheus::Gauge>& job_best_compiled_;
   prometheus::Family<prometheus::Gauge>& job_last_result_;
+  prometheus::Family<prometheus::Gauge>& job_started_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& queue_in_flight_;

@@ -6,7 +6,7 @@ Usage: dashboard_queries.py JOB_ID [--root REPO_ROOT]
 Prints one JSON object a line:
   {"source": "<file> / <panel title or alert name>[ / <refId>]", "expr": "<PromQL>", "kind": "panel"|"alert"}
 for every panel target of deploy/grafana/dashboards/*.json (Grafana's variables replaced:
-$__rate_interval -> 1m, $__range -> 5m, $__interval -> 15s, $job_id -> JOB_ID, $tenant -> .*; the older name $job
+$__rate_interval -> 1m, $__range -> 5m, $__interval -> 15s, $job_id -> JOB_ID, $tenant, $worker and $stream -> .*; the older name $job
 too), for every query
 variable of a dashboard (label_values(METRIC, LABEL) printed as `group by (LABEL) (METRIC)`, kind
 "panel") and for every alert of deploy/prometheus/alerts.yml. The integration test runs each
@@ -46,8 +46,9 @@ def substitute(expr, job_id):
     # $job, its earlier name, is still replaced. ${...} forms first, then the bare ones ($job_id
     # before $job: "$job" is a prefix of it).
     # $tenant (the Fleet dashboard's) as its "All" matches every tenant.
-    expr = expr.replace("${tenant}", ".*")
-    expr = re.sub(r"\$tenant\b", lambda _: ".*", expr)
+    for var in ("tenant", "worker", "stream"):
+        expr = expr.replace("${%s}" % var, ".*")
+        expr = re.sub(r"\$%s\b" % var, lambda _: ".*", expr)
     for var in ("${job_id}", "${job}"):
         expr = expr.replace(var, job_id)
     expr = re.sub(r"\$job_id\b", lambda _: job_id, expr)

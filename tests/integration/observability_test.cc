@@ -21,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testutil/background_process.h"
 #include "tests/testutil/postgres_server.h"
 #include "tests/testutil/prometheus_query.h"
 #include "tests/testutil/redis_server.h"
@@ -105,6 +106,19 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
   for (const char* service : {"kforge-coordinator", "kforge-llm-proxy", "kforge-worker"}) {
     EXPECT_TRUE(WaitFor(prom, absl::StrCat("up{job=\"", service, "\"}"), 1, 30))
         << service << " is not scraped\n" << Log("prometheus");
+  }
+  // The store and the queue through their exporters, and an Alertmanager that Prometheus sends to.
+  // (scripts/install-deps.sh installs them; the script leaves out what is not installed.)
+  if (std::filesystem::exists("/usr/bin/prometheus-postgres-exporter")) {
+    EXPECT_TRUE(WaitFor(prom, "pg_up", 1, 30)) << Log("postgres-exporter") << Log("prometheus");
+  }
+  if (std::filesystem::exists("/usr/bin/prometheus-redis-exporter")) {
+    EXPECT_TRUE(WaitFor(prom, "redis_up", 1, 30)) << Log("redis-exporter") << Log("prometheus");
+  }
+  if (std::filesystem::exists("/usr/bin/prometheus-alertmanager")) {
+    const nlohmann::json am = nlohmann::json::parse(HttpGet(prom, "/api/v1/alertmanagers"), nullptr, false);
+    ASSERT_FALSE(am.is_discarded());
+    EXPECT_EQ(am["data"]["activeAlertmanagers"].size(), 1u) << am.dump() << Log("alertmanager");
   }
   ASSERT_TRUE(WaitFor(prom, absl::StrCat("kforge_coordinator_job_evaluations{job_id=\"", job_id, "\"}"), 6, 120))
       << "the job made no progress\n" << Log("coordinator") << Log("proxy") << Log("worker0");

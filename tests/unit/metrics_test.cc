@@ -44,17 +44,19 @@ TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
   coordinator::CoordinatorMetrics m(registry);
   m.JobStarted(RunningJob("job-a"), 1000);
   std::string text = Scrape(registry);
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 7"));
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_budget_evaluations{job_id=\"job-a\"} 50"));
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 1.5"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\",tenant=\"acme\"} 7"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_budget_evaluations{job_id=\"job-a\",tenant=\"acme\"} 50"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_started_timestamp_seconds{job_id=\"job-a\",tenant=\"acme\"} 1000"))
+      << "no started_at yet: the time it started here";
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\",tenant=\"acme\"} 1.5"));
   m.RecordEvaluation(v1::BACKEND_OPENCL, v1::OUTCOME_WRONG_ANSWER, "acme");
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\"} 0"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\",tenant=\"acme\"} 0"));
   m.JobProgress("job-a", 8, 2.25, 1.75, 1010);
   text = Scrape(registry);
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\"} 1.75"));
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\"} 8"));
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\"} 2.25"));
-  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_last_result_timestamp_seconds{job_id=\"job-a\"} 1010"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\",tenant=\"acme\"} 1.75"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\",tenant=\"acme\"} 8"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\",tenant=\"acme\"} 2.25"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_last_result_timestamp_seconds{job_id=\"job-a\",tenant=\"acme\"} 1010"));
   EXPECT_THAT(text,
               HasSubstr("kforge_coordinator_evaluations_total{backend=\"opencl\",outcome=\"wrong_answer\",tenant=\"acme\"} 1"));
   m.JobEnded("job-a");
