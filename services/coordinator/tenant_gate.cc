@@ -13,14 +13,16 @@ constexpr double kFirstRetrySeconds = 0.5;  // after a failed read, doubling up 
 TenantGate::TenantGate(Store& store, Clock& clock, prometheus::Registry* registry, TenantGateOptions options)
     : store_(store), clock_(clock), options_(options) {
   if (registry != nullptr) {
-    auto& family = prometheus::BuildCounter()
-                       .Name("kforge_coordinator_dispatch_refused_total")
-                       .Help("Proposals held back because the tenant was at a quota, by quota")
-                       .Register(*registry);
-    refused_in_flight_ = &family.Add({{"quota", "max_in_flight"}});
-    refused_hourly_ = &family.Add({{"quota", "max_evaluations_per_hour"}});
-    refused_unread_ = &family.Add({{"quota", "unread"}});  // the tenant's quota not read yet
+    refused_ = &prometheus::BuildCounter()
+                    .Name("kforge_coordinator_dispatch_refused_total")
+                    .Help("Proposals held back because the tenant was at a quota, by quota and tenant ('unread': "
+                          "the tenant's quota not read yet)")
+                    .Register(*registry);
   }
+}
+
+void TenantGate::CountRefusal(const char* quota, const std::string& tenant) {
+  if (refused_ != nullptr) refused_->Add({{"quota", quota}, {"tenant", tenant.empty() ? "-" : tenant}}).Increment();
 }
 
 TenantGate::State* TenantGate::Fresh(const std::string& tenant,
@@ -56,19 +58,19 @@ bool TenantGate::TryAcquire(const std::string& tenant) {
   std::unique_lock<std::mutex> lock(mu_);
   State* fresh = Fresh(tenant, lock);
   if (fresh == nullptr) {
-    if (refused_unread_ != nullptr) refused_unread_->Increment();
+    CountRefusal("unread", tenant);
     return false;
   }
   State& s = *fresh;
   const double now = clock_.MonotonicSeconds();
   if (s.quota.max_in_flight() > 0 && s.in_flight >= s.quota.max_in_flight()) {
-    if (refused_in_flight_ != nullptr) refused_in_flight_->Increment();
+    CountRefusal("max_in_flight", tenant);
     return false;
   }
   if (s.quota.max_evaluations_per_hour() > 0) {
     Trim(s, now);
     if (static_cast<int64_t>(s.dispatches.size()) >= s.quota.max_evaluations_per_hour()) {
-      if (refused_hourly_ != nullptr) refused_hourly_->Increment();
+      CountRefusal("max_evaluations_per_hour", tenant);
       return false;
     }
     s.dispatches.push_back(now);

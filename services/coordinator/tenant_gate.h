@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/store/store.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/registry.h"
 #include "services/coordinator/job_driver.h"
 
@@ -64,9 +65,10 @@ class TenantGate final : public DispatchGate {
   Store& store_;
   Clock& clock_;
   const TenantGateOptions options_;
-  prometheus::Counter* refused_in_flight_ = nullptr;
-  prometheus::Counter* refused_hourly_ = nullptr;
-  prometheus::Counter* refused_unread_ = nullptr;
+  // By quota and tenant (tenants are few): an alert tells a job held back by its tenant's quota
+  // from a stalled one.
+  void CountRefusal(const char* quota, const std::string& tenant);
+  prometheus::Family<prometheus::Counter>* refused_ = nullptr;
   std::mutex mu_;
   std::map<std::string, State> tenants_;
 };

@@ -80,7 +80,7 @@ TEST_F(TenantGateTest, DispatchesDuringTheFirstQuotaReadAreRefusedWithoutWaiting
   EXPECT_FALSE(gate.TryAcquire("small"));  // now the quota of one is known
   const std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
   EXPECT_THAT(
-      text, ::testing::HasSubstr("kforge_coordinator_dispatch_refused_total{quota=\"unread\"} 1"));
+      text, ::testing::HasSubstr("kforge_coordinator_dispatch_refused_total{quota=\"unread\",tenant=\"small\"} 1"));
 }
 
 // A store whose tenant reads fail while `away`.
@@ -186,9 +186,10 @@ TEST_F(TenantGateTest, RefusalsAreCountedByQuota) {
   gate.Release("both", 1);
   EXPECT_FALSE(gate.TryAcquire("both"));  // hourly
   const std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
-  EXPECT_THAT(text, ::testing::HasSubstr("kforge_coordinator_dispatch_refused_total{quota=\"max_in_flight\"} 1"));
   EXPECT_THAT(text,
-              ::testing::HasSubstr("kforge_coordinator_dispatch_refused_total{quota=\"max_evaluations_per_hour\"} 1"));
+              ::testing::HasSubstr("kforge_coordinator_dispatch_refused_total{quota=\"max_in_flight\",tenant=\"both\"} 1"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "kforge_coordinator_dispatch_refused_total{quota=\"max_evaluations_per_hour\",tenant=\"both\"} 1"));
 }
 
 }  // namespace
