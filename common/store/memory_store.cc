@@ -70,10 +70,10 @@ absl::StatusOr<int64_t> MemoryStore::UpdateJob(const v1::Job& job, int64_t fence
   return stored + 1;
 }
 
-absl::StatusOr<std::map<v1::JobState, int64_t>> MemoryStore::CountJobsByState() {
+absl::StatusOr<JobCounts> MemoryStore::CountJobs() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<v1::JobState, int64_t> out;
-  for (const auto& [id, d] : jobs_) ++out[d.job.state()];
+  JobCounts out;
+  for (const auto& [id, d] : jobs_) ++out[{d.job.spec().tenant(), d.job.state()}];
   return out;
 }
 

@@ -15,7 +15,7 @@ class MemoryStore final : public Store {
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) override;
   absl::StatusOr<int64_t> UpdateJob(const v1::Job& job, int64_t fence) override;
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) override;
-  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() override;
+  absl::StatusOr<JobCounts> CountJobs() override;
   absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
                                     double lease_seconds) override;
   absl::Status RenewJobLease(const std::string& job_id, const JobLease& lease, double lease_seconds) override;

@@ -34,8 +34,8 @@ class MeteredStore final : public Store {
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) override {
     return Timed("list_jobs", [&] { return inner_.ListJobs(query); });
   }
-  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() override {
-    return Timed("count_jobs_by_state", [&] { return inner_.CountJobsByState(); });
+  absl::StatusOr<JobCounts> CountJobs() override {
+    return Timed("count_jobs", [&] { return inner_.CountJobs(); });
   }
   absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
                                     double lease_seconds) override {

@@ -140,12 +140,11 @@ absl::StatusOr<int64_t> PostgresStore::UpdateJob(const v1::Job& job, int64_t fen
   });
 }
 
-absl::StatusOr<std::map<v1::JobState, int64_t>> PostgresStore::CountJobsByState() {
-  using Counts = std::map<v1::JobState, int64_t>;
-  return WithTransaction<Counts>("count jobs", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<Counts> {
-    Counts out;
-    for (const auto& row : w.exec("SELECT state, count(*) FROM jobs GROUP BY state")) {
-      out[static_cast<v1::JobState>(row[0].as<int>())] = row[1].as<int64_t>();
+absl::StatusOr<JobCounts> PostgresStore::CountJobs() {
+  return WithTransaction<JobCounts>("count jobs", [&](pqxx::transaction_base& w, int) -> absl::StatusOr<JobCounts> {
+    JobCounts out;
+    for (const auto& row : w.exec("SELECT tenant, state, count(*) FROM jobs GROUP BY tenant, state")) {
+      out[{row[0].as<std::string>(), static_cast<v1::JobState>(row[1].as<int>())}] = row[2].as<int64_t>();
     }
     return out;
   });

@@ -222,12 +222,14 @@ absl::StatusOr<int64_t> SqliteStore::UpdateJob(const v1::Job& job, int64_t fence
   });
 }
 
-absl::StatusOr<std::map<v1::JobState, int64_t>> SqliteStore::CountJobsByState() {
+absl::StatusOr<JobCounts> SqliteStore::CountJobs() {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT state, count(*) FROM jobs GROUP BY state");
-  std::map<v1::JobState, int64_t> out;
+  Stmt s(db_, "SELECT tenant, state, count(*) FROM jobs GROUP BY tenant, state");
+  JobCounts out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out[static_cast<v1::JobState>(s.ColumnInt(0))] = s.ColumnInt(1);
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out[{s.ColumnText(0), static_cast<v1::JobState>(s.ColumnInt(1))}] = s.ColumnInt(2);
+  }
   if (rc != SQLITE_DONE) return Error("count jobs");
   return out;
 }

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +60,9 @@ struct StepOutcome {
   std::vector<bool> candidates;
 };
 
+// Jobs by (tenant, state); the tenant is "" for a job without one.
+using JobCounts = std::map<std::pair<std::string, v1::JobState>, int64_t>;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -75,8 +79,8 @@ class Store {
   [[nodiscard]] virtual absl::StatusOr<int64_t> UpdateJob(const v1::Job& job, int64_t fence) = 0;
   // Newest first.
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) = 0;
-  // How many jobs are in each state (states with none are absent), for the jobs-by-state metric.
-  [[nodiscard]] virtual absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() = 0;
+  // How many jobs each tenant has in each state (pairs with none are absent), for the jobs metrics.
+  [[nodiscard]] virtual absl::StatusOr<JobCounts> CountJobs() = 0;
 
   // ---- job leases ----
   // Takes or renews the job's lease for `lease_seconds`: granted when nobody holds a live lease

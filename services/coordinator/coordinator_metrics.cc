@@ -49,6 +49,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       job_started_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_started_timestamp_seconds",
                                             "Unix time each job running here was first started")),
       jobs_(Build<prometheus::Gauge>(registry, "kforge_coordinator_jobs", "Jobs in the store, by state")),
+      tenant_jobs_(Build<prometheus::Gauge>(registry, "kforge_coordinator_tenant_jobs",
+                                            "Jobs in the store, by tenant and state")),
       queue_depth_(Build<prometheus::Gauge>(registry, "kforge_coordinator_queue_depth",
                                             "Work items queued and not yet taken, by stream")),
       queue_in_flight_(Build<prometheus::Gauge>(registry, "kforge_coordinator_queue_in_flight",
@@ -168,9 +170,14 @@ void CoordinatorMetrics::DependencySampled(absl::string_view dependency, bool ok
 }
 
 void CoordinatorMetrics::ForgetJobCounts() {
+  std::lock_guard<std::mutex> lock(mu_);
   for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
     if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
-    jobs_.Remove(&jobs_.Add({{"state", StateLabel(static_cast<v1::JobState>(s))}}));
+    const std::string state = StateLabel(static_cast<v1::JobState>(s));
+    jobs_.Remove(&jobs_.Add({{"state", state}}));
+    for (const std::string& tenant : tenants_seen_) {
+      tenant_jobs_.Remove(&tenant_jobs_.Add({{"state", state}, {"tenant", tenant}}));
+    }
   }
 }
 
@@ -189,12 +196,24 @@ void CoordinatorMetrics::ForgetQueueStats() {
   worker_slots_.Remove(&worker_slots_.Add({{"state", "busy"}}));
 }
 
-void CoordinatorMetrics::SetJobCounts(const std::map<v1::JobState, int64_t>& counts) {
+void CoordinatorMetrics::SetJobCounts(const JobCounts& counts) {
+  std::map<v1::JobState, int64_t> by_state;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, n] : counts) {
+    by_state[key.second] += n;
+    tenants_seen_.insert(TenantLabel(key.first));
+  }
   for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
     if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
-    auto it = counts.find(static_cast<v1::JobState>(s));
-    jobs_.Add({{"state", StateLabel(static_cast<v1::JobState>(s))}})
-        .Set(it == counts.end() ? 0 : static_cast<double>(it->second));
+    const auto state = static_cast<v1::JobState>(s);
+    auto it = by_state.find(state);
+    jobs_.Add({{"state", StateLabel(state)}}).Set(it == by_state.end() ? 0 : static_cast<double>(it->second));
+    // Every state of every tenant seen, 0 included.
+    for (const std::string& tenant : tenants_seen_) {
+      auto t = counts.find({tenant == "-" ? "" : tenant, state});
+      tenant_jobs_.Add({{"state", StateLabel(state)}, {"tenant", tenant}})
+          .Set(t == counts.end() ? 0 : static_cast<double>(t->second));
+    }
   }
 }
 
@@ -280,7 +299,7 @@ void MetricsSampler::SampleOnce() {
     failing = !st.ok();
     return st.ok();
   };
-  absl::StatusOr<std::map<v1::JobState, int64_t>> counts = store_.CountJobsByState();
+  absl::StatusOr<JobCounts> counts = store_.CountJobs();
   const bool store_ok = note("store", counts.status());
   if (store_ok) {
     metrics_.SetJobCounts(*counts);

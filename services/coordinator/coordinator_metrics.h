@@ -51,7 +51,8 @@ class CoordinatorMetrics {
   // The job stopped running here (ended, interrupted, or lost to another coordinator).
   void JobEnded(const std::string& job_id);
 
-  void SetJobCounts(const std::map<v1::JobState, int64_t>& counts);
+  // Jobs by state (kforge_coordinator_jobs) and by tenant and state (kforge_coordinator_tenant_jobs).
+  void SetJobCounts(const JobCounts& counts);
   void SetQueueStats(const std::vector<StreamStats>& streams);
   void SetWorkers(const std::vector<v1::WorkerStatus>& workers);
   void SetDataLosses(int64_t total);
@@ -87,6 +88,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_last_result_;
   prometheus::Family<prometheus::Gauge>& job_started_;
   prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& tenant_jobs_;
+  std::set<std::string> tenants_seen_;  // tenant labels of tenant_jobs_ (every state exported)
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& queue_in_flight_;
   prometheus::Family<prometheus::Gauge>& queue_oldest_;

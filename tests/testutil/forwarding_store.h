@@ -21,8 +21,8 @@ class ForwardingStore : public Store {
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery& query) override {
     return inner_.ListJobs(query);
   }
-  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() override {
-    return inner_.CountJobsByState();
+  absl::StatusOr<JobCounts> CountJobs() override {
+    return inner_.CountJobs();
   }
   absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
                                     double lease_seconds) override {

@@ -117,6 +117,8 @@ TEST(CoordinatorMetricsTest, FleetGaugesComeFromTheStoreAndTheQueue) {
   sampler.SampleOnce();
   text = Scrape(registry);
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_jobs{state=\"running\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_tenant_jobs{state=\"running\",tenant=\"acme\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_tenant_jobs{state=\"queued\",tenant=\"acme\"} 0"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_queue_depth{stream=\"opencl\"} 1"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_queue_oldest_pending_age_seconds{stream=\"opencl\"} 3"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_workers 1"));
@@ -152,7 +154,7 @@ class DownStore final : public Store {
   absl::StatusOr<v1::Job> GetJob(const std::string&) override { return Down(); }
   absl::StatusOr<int64_t> UpdateJob(const v1::Job&, int64_t) override { return Down(); }
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const JobQuery&) override { return Down(); }
-  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() override { return Down(); }
+  absl::StatusOr<JobCounts> CountJobs() override { return Down(); }
   absl::StatusOr<JobLease> ClaimJob(const std::string&, const std::string&, double) override { return Down(); }
   absl::Status RenewJobLease(const std::string&, const JobLease&, double) override { return Down(); }
   absl::Status ReleaseJob(const std::string&, const JobLease&) override { return Down(); }

@@ -411,21 +411,24 @@ TEST_P(StoreContractTest, ListJobsFiltersByStateAndSeesUpdates) {
   EXPECT_THAT(JobIds(q), IsEmpty());
 }
 
-TEST_P(StoreContractTest, CountJobsByStateCountsEveryTenantAndFollowsUpdates) {
-  auto empty = store().CountJobsByState();
+TEST_P(StoreContractTest, CountJobsCountsEveryTenantsStatesAndFollowsUpdates) {
+  auto empty = store().CountJobs();
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_THAT(*empty, IsEmpty());
   MustCreateJob(MakeContractJob("q1", "acme", "h", v1::JOB_STATE_QUEUED));
   MustCreateJob(MakeContractJob("q2", "globex", "h", v1::JOB_STATE_QUEUED));
   MustCreateJob(MakeContractJob("r1", "acme", "h", v1::JOB_STATE_RUNNING));
-  using Counts = std::map<v1::JobState, int64_t>;
-  auto counts = store().CountJobsByState();
+  auto counts = store().CountJobs();
   ASSERT_TRUE(counts.ok()) << counts.status();
-  EXPECT_EQ(*counts, (Counts{{v1::JOB_STATE_QUEUED, 2}, {v1::JOB_STATE_RUNNING, 1}}));
+  EXPECT_EQ(*counts, (JobCounts{{{"acme", v1::JOB_STATE_QUEUED}, 1},
+                                {{"globex", v1::JOB_STATE_QUEUED}, 1},
+                                {{"acme", v1::JOB_STATE_RUNNING}, 1}}));
   MustUpdate("q1", [](v1::Job& j) { j.set_state(v1::JOB_STATE_COMPLETED); });
-  counts = store().CountJobsByState();
+  counts = store().CountJobs();
   ASSERT_TRUE(counts.ok()) << counts.status();
-  EXPECT_EQ(*counts, (Counts{{v1::JOB_STATE_QUEUED, 1}, {v1::JOB_STATE_RUNNING, 1}, {v1::JOB_STATE_COMPLETED, 1}}));
+  EXPECT_EQ(*counts, (JobCounts{{{"globex", v1::JOB_STATE_QUEUED}, 1},
+                                {{"acme", v1::JOB_STATE_RUNNING}, 1},
+                                {{"acme", v1::JOB_STATE_COMPLETED}, 1}}));
 }
 
 TEST_P(StoreContractTest, ListJobsCombinesFilters) {
