@@ -258,22 +258,18 @@ if [ "$PROMETHEUS" = 1 ] && command -v prometheus >/dev/null; then
     launch alertmanager
     ALERTING="alerting: {alertmanagers: [{static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/alertmanager.port")\"]}]}]}"
   fi
-  if command -v prometheus-postgres-exporter >/dev/null; then
-    free_port >"$DIR/postgres-exporter.port"
-    echo "postgresql://kforge@127.0.0.1:$PG_PORT/kforge?sslmode=disable" >"$DIR/postgres-exporter.dsn"
-    launch postgres-exporter
+  # An exporter (where its package is installed): its setting in DIR/NAME.KIND, and a scrape job.
+  start_exporter() {  # name job kind setting
+    command -v "prometheus-$1" >/dev/null || return 0
+    free_port >"$DIR/$1.port"
+    echo "$4" >"$DIR/$1.$3"
+    launch "$1"
     EXPORTERS="$EXPORTERS
-  - job_name: postgres
-    static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/postgres-exporter.port")\"]}]"
-  fi
-  if command -v prometheus-redis-exporter >/dev/null; then
-    free_port >"$DIR/redis-exporter.port"
-    echo "redis://127.0.0.1:$REDIS_PORT" >"$DIR/redis-exporter.target"
-    launch redis-exporter
-    EXPORTERS="$EXPORTERS
-  - job_name: redis
-    static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/redis-exporter.port")\"]}]"
-  fi
+  - job_name: $2
+    static_configs: [{targets: [\"127.0.0.1:$(cat "$DIR/$1.port")\"]}]"
+  }
+  start_exporter postgres-exporter postgres dsn "postgresql://kforge@127.0.0.1:$PG_PORT/kforge?sslmode=disable"
+  start_exporter redis-exporter redis target "redis://127.0.0.1:$REDIS_PORT"
   cat >"$DIR/prometheus.yml" <<EOF
 global: {scrape_interval: $SCRAPE_INTERVAL, evaluation_interval: $SCRAPE_INTERVAL}
 rule_files: [alerts.yml]
