@@ -113,12 +113,35 @@ std::string ParamsText(const v1::Candidate& c) {
   return params.empty() ? "seed" : FormatParams(params);
 }
 
-int GetJob(CoordinatorClient& client, absl::string_view command, const std::string& job_id,
-           v1::Job* job) {
+// The calls themselves, for the commands (which exit on a failure) and for FetchJob/FetchBest.
+grpc::Status CallGetJob(CoordinatorClient& client, const std::string& job_id, v1::Job* job) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   auto ctx = client.NewContext();
-  const grpc::Status st = client.stub().GetJob(ctx.get(), req, job);
+  return client.stub().GetJob(ctx.get(), req, job);
+}
+
+grpc::Status CallGetBest(CoordinatorClient& client, const std::string& job_id, v1::GetBestResponse* resp) {
+  v1::GetBestRequest req;
+  req.set_job_id(job_id);
+  auto ctx = client.NewContext();
+  return client.stub().GetBest(ctx.get(), req, resp);
+}
+
+// One page of the caller's jobs (in `state`, or all) from `token` on.
+grpc::Status CallListJobs(CoordinatorClient& client, v1::JobState state, const std::string& token, int page_size,
+                          v1::ListJobsResponse* page) {
+  v1::ListJobsRequest req;
+  req.set_page_size(page_size);
+  req.set_page_token(token);
+  req.set_state(state);
+  auto ctx = client.NewContext();
+  return client.stub().ListJobs(ctx.get(), req, page);
+}
+
+int GetJob(CoordinatorClient& client, absl::string_view command, const std::string& job_id,
+           v1::Job* job) {
+  const grpc::Status st = CallGetJob(client, job_id, job);
   return st.ok() ? 0 : client.Fail(command, st);
 }
 
@@ -231,21 +254,15 @@ int SubmitCommand(const ClientArgs& client_args, const SubmitArgs& args) {
 }
 
 absl::StatusOr<v1::GetBestResponse> FetchBest(CoordinatorClient& client, const std::string& job_id) {
-  v1::GetBestRequest req;
-  req.set_job_id(job_id);
   v1::GetBestResponse resp;
-  auto ctx = client.NewContext();
-  const grpc::Status st = client.stub().GetBest(ctx.get(), req, &resp);
+  const grpc::Status st = CallGetBest(client, job_id, &resp);
   if (!st.ok()) return absl::UnavailableError(client.Describe(st));
   return resp;
 }
 
 absl::StatusOr<v1::Job> FetchJob(CoordinatorClient& client, const std::string& job_id) {
-  v1::GetJobRequest req;
-  req.set_job_id(job_id);
   v1::Job job;
-  auto ctx = client.NewContext();
-  const grpc::Status st = client.stub().GetJob(ctx.get(), req, &job);
+  const grpc::Status st = CallGetJob(client, job_id, &job);
   if (!st.ok()) return absl::UnavailableError(client.Describe(st));
   return job;
 }
@@ -265,13 +282,9 @@ int ListCommand(const ClientArgs& client_args, const ListArgs& args) {
   v1::ListJobsResponse all;
   std::string token;
   while (all.jobs_size() < args.limit) {
-    v1::ListJobsRequest req;
-    req.set_page_size(std::min(kListPageSize, args.limit - all.jobs_size()));
-    req.set_page_token(token);
-    req.set_state(state);
     v1::ListJobsResponse page;
-    auto ctx = (*client)->NewContext();
-    const grpc::Status st = (*client)->stub().ListJobs(ctx.get(), req, &page);
+    const grpc::Status st =
+        CallListJobs(**client, state, token, std::min(kListPageSize, args.limit - all.jobs_size()), &page);
     if (!st.ok()) return (*client)->Fail(kCmd, st);
     for (const v1::Job& j : page.jobs()) {
       if (all.jobs_size() < args.limit) *all.add_jobs() = Slim(j);
@@ -301,13 +314,8 @@ int ListCommand(const ClientArgs& client_args, const ListArgs& args) {
     // carry whole jobs, so not without end).
     int64_t rest = 0;
     for (int pages = 0; !token.empty() && pages < kCountPages; ++pages) {
-      v1::ListJobsRequest req;
-      req.set_page_size(kListPageSize);
-      req.set_page_token(token);
-      req.set_state(state);
       v1::ListJobsResponse page;
-      auto ctx = (*client)->NewContext();
-      if (!(*client)->stub().ListJobs(ctx.get(), req, &page).ok() || page.jobs().empty()) break;
+      if (!CallListJobs(**client, state, token, kListPageSize, &page).ok() || page.jobs().empty()) break;
       rest += page.jobs_size();
       token = page.next_page_token();
     }
@@ -382,12 +390,8 @@ int BestCommand(const ClientArgs& client_args, const std::string& job_id,
   if (!client.ok()) return rc;
   v1::Job job;
   if (int get = GetJob(**client, kCmd, job_id, &job); get != 0) return get;
-  v1::GetBestRequest req;
-  req.set_job_id(job_id);
   v1::GetBestResponse resp;
-  auto ctx = (*client)->NewContext();
-  const grpc::Status st = (*client)->stub().GetBest(ctx.get(), req, &resp);
-  if (!st.ok()) return (*client)->Fail(kCmd, st);
+  if (const grpc::Status st = CallGetBest(**client, job_id, &resp); !st.ok()) return (*client)->Fail(kCmd, st);
   const v1::Candidate& best = resp.best().candidate();
   if (best.id().empty()) {
     std::cerr << "kforge best: job " << job_id << " has no successful evaluation yet ("

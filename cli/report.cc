@@ -112,12 +112,10 @@ std::string SpeedupCell(const ReportedSpeedup& s) {
 }
 
 std::string SourceWithDefines(const v1::Problem& problem, const v1::Candidate& candidate) {
-  // As the worker compiles it (Screen): the seed's defines, then the knobs (and KFORGE=1, which the
-  // CUDA compiles define).
-  std::map<std::string, int64_t> defines;
-  if (problem.backend() == v1::BACKEND_CUDA) defines["KFORGE"] = 1;
-  for (const auto& [k, v] : problem.seed().defines()) defines[k] = v;
-  for (const auto& [k, v] : candidate.params()) defines[k] = v;
+  // As the worker compiles it (Screen), and KFORGE=1, which the CUDA compiles define.
+  std::map<std::string, int64_t> defines =
+      CompileDefines(problem, ParamAssignment(candidate.params().begin(), candidate.params().end()));
+  if (problem.backend() == v1::BACKEND_CUDA) defines.emplace("KFORGE", 1);
   std::string out = absl::StrCat("// kforge: candidate ", candidate.id().empty() ? "?" : candidate.id(),
                                  ", with the values it was compiled and timed with (best.json has them too).\n");
   for (const auto& [k, v] : defines) absl::StrAppend(&out, "#ifndef ", k, "\n#define ", k, " ", v, "\n#endif\n");

@@ -18,6 +18,7 @@
 #include "cli/import_command.h"
 #include "cli/report.h"
 #include "common/problem_loader.h"
+#include "services/coordinator/job_runner.h"
 #include "nlohmann/json.hpp"
 
 namespace kforge::cli {
@@ -178,10 +179,6 @@ Row RowOfJob(CoordinatorClient& client, const v1::Job& job, Row row) {
   return row;
 }
 
-bool Ended(v1::JobState s) {
-  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
-}
-
 std::string Bar(size_t done, size_t total) {
   const int width = 30;
   const int filled = total == 0 ? width : static_cast<int>(width * done / total);
@@ -246,7 +243,7 @@ std::optional<std::vector<Row>> RunRemote(const SuiteArgs& args, const std::vect
     for (size_t i = 0; i < paths.size(); ++i) {
       if (job_ids[i].empty() || done[i]) continue;
       auto job = FetchJob(**client, job_ids[i]);
-      if (!job.ok() || !Ended(job->state())) continue;
+      if (!job.ok() || !coordinator::IsFinalJobState(job->state())) continue;
       rows[i] = RowOfJob(**client, *job, rows[i]);
       done[i] = true;
       ++ended;

@@ -104,6 +104,12 @@ v1::Candidate MakeSeedCandidate(const v1::Problem& problem, const ParamAssignmen
   return c;
 }
 
+std::map<std::string, int64_t> CompileDefines(const v1::Problem& problem, const ParamAssignment& params) {
+  std::map<std::string, int64_t> out(problem.seed().defines().begin(), problem.seed().defines().end());
+  for (const auto& [k, v] : params) out[k] = v;
+  return out;
+}
+
 std::string FormatParams(const ParamAssignment& params) {
   return absl::StrJoin(params, ",", absl::PairFormatter("="));
 }

@@ -55,4 +55,8 @@ v1::Candidate MakeSeedCandidate(const v1::Problem& problem, const ParamAssignmen
 // "TILE=16,WPT=4"
 std::string FormatParams(const ParamAssignment& params);
 
+// The -D values a candidate is compiled with: the seed's defines, then its knobs (the loader
+// forbids clashing names).
+std::map<std::string, int64_t> CompileDefines(const v1::Problem& problem, const ParamAssignment& params);
+
 }  // namespace kforge

@@ -114,13 +114,14 @@ void CoordinatorMetrics::ModelUsage(const std::string& job_id, int64_t tokens_to
 
 void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
   // The tenant too: a running-jobs table by tenant (jobs end, and tenants are few).
-  const prometheus::Labels labels{{"job_id", job.id()}, {"tenant", TenantLabel(job.spec().tenant())}};
+  const std::string tenant = TenantLabel(job.spec().tenant());
+  const prometheus::Labels labels{{"job_id", job.id()}, {"tenant", tenant}};
   std::lock_guard<std::mutex> lock(mu_);
   JobGauges g{&job_evaluations_.Add(labels), &job_budget_.Add(labels),     &job_best_.Add(labels),
               &job_best_compiled_.Add(labels), &job_last_result_.Add(labels), &job_started_.Add(labels)};
   g.started->Set(job.started_at().seconds() > 0 ? static_cast<double>(job.started_at().seconds()) : now_unix);
   // Usage before this run (a resumed job) was counted by the run that spent it.
-  g.tenant = TenantLabel(job.spec().tenant());
+  g.tenant = tenant;
   g.tokens_seen = job.progress().llm_tokens();
   g.cost_seen = job.progress().llm_cost_usd();
   // The tenant's series exist from its first job on (a rate of 0, not no data).

@@ -98,10 +98,11 @@ absl::StatusOr<std::string> ReachableCopy(const std::string& path, const ChildUs
         absl::StrCat(root.string(), " must be a folder of root's that only root may write"));
   }
   chmod(root.c_str(), 0755);
-  const fs::path dest = root / Sha256Hex(identity).substr(0, 24);
+  const std::string hash = Sha256Hex(identity);
+  const fs::path dest = root / hash.substr(0, 24);
   const fs::path target = dest / from.filename();
   if (fs::exists(target, ec)) return target.string();
-  const fs::path staging = root / absl::StrCat(".staging-", getpid(), "-", Sha256Hex(identity).substr(0, 8));
+  const fs::path staging = root / absl::StrCat(".staging-", getpid(), "-", hash.substr(0, 8));
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
   fs::copy(from, staging / from.filename(),

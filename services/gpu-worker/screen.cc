@@ -323,8 +323,7 @@ absl::StatusOr<ScreenedCandidate> Screen(const v1::Problem& problem, const v1::C
     return absl::InvalidArgumentError(absl::StrCat("params ", FormatParams(out.params),
                                                    " are not an allowed assignment (declared values and constraints)"));
   }
-  for (const auto& [k, v] : problem.seed().defines()) out.defines[k] = v;
-  for (const auto& [k, v] : out.params) out.defines[k] = v;
+  out.defines = CompileDefines(problem, out.params);
   const auto& launches = candidate.plan().launches().empty() ? problem.seed().launches() : candidate.plan().launches();
   const auto& scratch = candidate.plan().launches().empty() ? problem.seed().scratch() : candidate.plan().scratch();
   for (const auto& sb : scratch) {

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -14,6 +16,50 @@
 extern char** environ;
 
 namespace kforge::testing {
+
+namespace {
+
+// Reads a child's stdout and stderr into *out and *err (at most `cap` bytes each) until both
+// close, or until `limit_seconds` after `start` pass (a negative limit: no limit); false then.
+// Closes both descriptors either way.
+bool DrainOutput(int out_fd, int err_fd, std::string* out, std::string* err,
+                 std::chrono::steady_clock::time_point start, double limit_seconds, size_t cap) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  std::string* sinks[2] = {out, err};
+  int open_fds = 2;
+  bool in_time = true;
+  char buf[8192];
+  while (open_fds > 0) {
+    int wait_ms = -1;
+    if (limit_seconds >= 0) {
+      const double left =
+          limit_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (left <= 0) {
+        in_time = false;
+        break;
+      }
+      wait_ms = static_cast<int>(std::min(left, 1.0) * 1000) + 1;
+    }
+    if (poll(fds, 2, wait_ms) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        if (sinks[i]->size() < cap) sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  return in_time;
+}
+
+}  // namespace
 
 RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
                      const std::vector<std::string>& extra_env) {
@@ -34,24 +80,8 @@ RunResult RunProgram(const std::string& program, const std::vector<std::string>&
   }
   close(out_pipe[1]);
   close(err_pipe[1]);
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&r.out, &r.err};
-  int open_fds = 2;
-  char buf[4096];
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
-      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n > 0) {
-        sinks[i]->append(buf, n);
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
+  DrainOutput(out_pipe[0], err_pipe[0], &r.out, &r.err, std::chrono::steady_clock::now(), /*limit_seconds=*/-1,
+              std::string::npos);
   int status = 0;
   waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -91,37 +121,12 @@ Outcome RunWithLimit(const std::vector<std::string>& args, double limit_seconds)
   setpgid(pid, pid);
   close(out_pipe[1]);
   close(err_pipe[1]);
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&o.out, &o.err};
-  int open_fds = 2;
-  char buf[8192];
+  // The first 4 MiB of each stream.
+  o.timed_out = !DrainOutput(out_pipe[0], err_pipe[0], &o.out, &o.err, start, limit_seconds, size_t{4} << 20);
+  if (o.timed_out) kill(-pid, SIGKILL);
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  while (open_fds > 0) {
-    const double left = limit_seconds - elapsed();
-    if (left <= 0) {
-      o.timed_out = true;
-      break;
-    }
-    if (poll(fds, 2, static_cast<int>(std::min(left, 1.0) * 1000) + 1) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n > 0) {
-        // Keep the first and last parts of very long output.
-        if (sinks[i]->size() < (4 << 20)) sinks[i]->append(buf, static_cast<size_t>(n));
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  if (o.timed_out) kill(-pid, SIGKILL);
-  for (auto& f : fds) {
-    if (f.fd >= 0) close(f.fd);
-  }
   int status = 0;
   // The pipes closed: the process is exiting (or killed). Wait for it, within the limit too.
   while (waitpid(pid, &status, WNOHANG) == 0) {
