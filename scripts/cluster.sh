@@ -17,7 +17,8 @@
 # (deploy/alertmanager/alertmanager.yml: edit its receivers), and the PostgreSQL and Redis
 # exporters (Debian's packages, each where installed); PROMETHEUS=0 leaves all of it out. The proxy
 # asks models for mutations when PROVIDERS names an LLM config file (see README: model mutations),
-# for a share LLM_PROBABILITY (default 0.8) of them.
+# for a share LLM_PROBABILITY (default 0.8) of them. A running job's finalists are re-measured
+# every CONFIRM_EVERY evaluations (jobs.confirm_every, default 100).
 #
 # TLS=1 secures every gRPC port with certificates made here (DIR/tls, a CA of its own): TLS with
 # client certificates (mutual TLS) on the coordinator and the llm-proxy, TLS on the workers' admin
@@ -218,7 +219,7 @@ server: {listen: "127.0.0.1:$COORD_PORT", metrics_listen: "127.0.0.1:$COORD_METR
 store: {kind: postgres, url: "$DB"}
 queue: {kind: redis, url: "$QUEUE"$QUEUE_AUTH}
 llm_proxy: {address: "127.0.0.1:$PROXY_PORT"$COORD_PROXY_TLS}
-jobs: {problems_dir: "$DIR/problems", owner: "cluster-coordinator"}
+jobs: {problems_dir: "$DIR/problems", owner: "cluster-coordinator", confirm_every: ${CONFIRM_EVERY:-100}}
 EOF
 cat >"$DIR/proxy.yaml" <<EOF
 server: {listen: "127.0.0.1:$PROXY_PORT", metrics_listen: "127.0.0.1:$PROXY_METRICS"$PROXY_TLS}

@@ -48,6 +48,16 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                                                 "until the first)")),
       job_started_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_started_timestamp_seconds",
                                             "Unix time each job running here was first started")),
+      job_confirmed_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_confirmed_speedup",
+                                              "Confirmed best speedup of each job running here: the winner of "
+                                              "the latest side-by-side re-measurement of its finalists (absent "
+                                              "until the first)")),
+      job_confirmed_low_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_confirmed_speedup_low",
+                                                  "Lower end of the confirmed best speedup's 95% interval")),
+      job_confirmed_high_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_confirmed_speedup_high",
+                                                   "Upper end of the confirmed best speedup's 95% interval")),
+      job_confirmed_at_(Build<prometheus::Gauge>(registry, "kforge_coordinator_job_confirmed_at_evaluations",
+                                                 "The job's evaluations when its confirmed best was re-measured")),
       jobs_(Build<prometheus::Gauge>(registry, "kforge_coordinator_jobs", "Jobs in the store, by state")),
       tenant_jobs_(Build<prometheus::Gauge>(registry, "kforge_coordinator_tenant_jobs",
                                             "Jobs in the store, by tenant and state")),
@@ -96,20 +106,32 @@ void CoordinatorMetrics::RecordEvaluation(v1::Backend backend, v1::Outcome outco
       .Increment();
 }
 
-void CoordinatorMetrics::ModelUsage(const std::string& job_id, int64_t tokens_total, double cost_usd_total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_running_.find(job_id);
-  if (it == jobs_running_.end()) return;
-  JobGauges& g = it->second;
-  const prometheus::Labels labels{{"tenant", g.tenant}};
-  if (tokens_total > g.tokens_seen) {
-    model_tokens_.Add(labels).Increment(static_cast<double>(tokens_total - g.tokens_seen));
-    g.tokens_seen = tokens_total;
+void CoordinatorMetrics::UpdateJob(JobGauges& g, const v1::Job& job) {
+  const prometheus::Labels tenant{{"tenant", g.tenant}};
+  if (const int64_t tokens = job.progress().llm_tokens(); tokens > g.tokens_seen) {
+    model_tokens_.Add(tenant).Increment(static_cast<double>(tokens - g.tokens_seen));
+    g.tokens_seen = tokens;
   }
-  if (cost_usd_total > g.cost_seen) {
-    model_cost_.Add(labels).Increment(cost_usd_total - g.cost_seen);
-    g.cost_seen = cost_usd_total;
+  if (const double cost = job.progress().llm_cost_usd(); cost > g.cost_seen) {
+    model_cost_.Add(tenant).Increment(cost - g.cost_seen);
+    g.cost_seen = cost;
   }
+  // The re-measurement's winner is its first finalist (ConfirmedWinner); one that failed confirms
+  // nothing, and the last good one stands.
+  const v1::Confirmation& c = job.confirmation();
+  if (c.finalists_size() == 0 || c.finalists(0).outcome() != v1::OUTCOME_OK) return;
+  if (g.confirmed == nullptr) {
+    const prometheus::Labels labels{{"job_id", job.id()}, {"tenant", g.tenant}};
+    g.confirmed = &job_confirmed_.Add(labels);
+    g.confirmed_low = &job_confirmed_low_.Add(labels);
+    g.confirmed_high = &job_confirmed_high_.Add(labels);
+    g.confirmed_at = &job_confirmed_at_.Add(labels);
+  }
+  const v1::FinalistTiming& best = c.finalists(0);
+  g.confirmed->Set(best.speedup());
+  g.confirmed_low->Set(best.speedup_low());
+  g.confirmed_high->Set(best.speedup_high());
+  g.confirmed_at->Set(static_cast<double>(c.evaluations()));
 }
 
 void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
@@ -132,18 +154,20 @@ void CoordinatorMetrics::JobStarted(const v1::Job& job, double now_unix) {
   g.best_speedup->Set(job.progress().best_speedup());
   g.best_compiled->Set(job.best_result().speedup_compiled());
   g.last_result->Set(now_unix);
+  UpdateJob(g, job);
   jobs_running_[job.id()] = g;
 }
 
-void CoordinatorMetrics::JobProgress(const std::string& job_id, int64_t evaluations, double best_speedup,
+void CoordinatorMetrics::JobProgress(const v1::Job& job, int64_t evaluations, double best_speedup,
                                      double best_speedup_compiled, double now_unix) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_running_.find(job_id);
+  auto it = jobs_running_.find(job.id());
   if (it == jobs_running_.end()) return;
   it->second.evaluations->Set(static_cast<double>(evaluations));
   it->second.best_speedup->Set(best_speedup);
   it->second.best_compiled->Set(best_speedup_compiled);
   it->second.last_result->Set(now_unix);
+  UpdateJob(it->second, job);
 }
 
 void CoordinatorMetrics::JobEnded(const std::string& job_id) {
@@ -156,6 +180,12 @@ void CoordinatorMetrics::JobEnded(const std::string& job_id) {
   job_best_compiled_.Remove(it->second.best_compiled);
   job_last_result_.Remove(it->second.last_result);
   job_started_.Remove(it->second.started);
+  if (it->second.confirmed != nullptr) {
+    job_confirmed_.Remove(it->second.confirmed);
+    job_confirmed_low_.Remove(it->second.confirmed_low);
+    job_confirmed_high_.Remove(it->second.confirmed_high);
+    job_confirmed_at_.Remove(it->second.confirmed_at);
+  }
   jobs_running_.erase(it);
 }
 

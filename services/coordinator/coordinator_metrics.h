@@ -39,15 +39,16 @@ class CoordinatorMetrics {
   // A result the coordinator ingested, for a job of `tenant` (tenants are few: a bounded label;
   // "-" for a job without one, as in a cluster without auth).
   void RecordEvaluation(v1::Backend backend, v1::Outcome outcome, const std::string& tenant);
-  // The job's model usage so far (its progress' llm_tokens and llm_cost_usd): what grew since the
-  // last call (or since JobStarted) counts towards its tenant's model tokens and cost.
-  void ModelUsage(const std::string& job_id, int64_t tokens_total, double cost_usd_total);
   // A job starts running here: its gauges appear, from what the store says of it.
   void JobStarted(const v1::Job& job, double now_unix);
-  // After each ingested result. best_speedup_compiled: the best's speedup over torch.compile for a
-  // PyTorch problem where the worker's torch has it, else 0.
-  void JobProgress(const std::string& job_id, int64_t evaluations, double best_speedup,
-                   double best_speedup_compiled, double now_unix);
+  // After each ingested result, with the job as its driver holds it. best_speedup is the best's
+  // first measurement; best_speedup_compiled its speedup over torch.compile for a PyTorch problem
+  // where the worker's torch has it, else 0. The job's model usage (progress' llm_tokens and
+  // llm_cost_usd) counts what grew since the last call (or JobStarted) towards its tenant; its
+  // latest re-measurement of the finalists (job.confirmation(), a checkpoint's while it runs)
+  // sets the confirmed best and its interval.
+  void JobProgress(const v1::Job& job, int64_t evaluations, double best_speedup, double best_speedup_compiled,
+                   double now_unix);
   // The job stopped running here (ended, interrupted, or lost to another coordinator).
   void JobEnded(const std::string& job_id);
 
@@ -75,6 +76,11 @@ class CoordinatorMetrics {
     prometheus::Gauge* best_compiled;
     prometheus::Gauge* last_result;
     prometheus::Gauge* started;
+    // The confirmed best: absent until the finalists were first re-measured.
+    prometheus::Gauge* confirmed = nullptr;
+    prometheus::Gauge* confirmed_low = nullptr;
+    prometheus::Gauge* confirmed_high = nullptr;
+    prometheus::Gauge* confirmed_at = nullptr;
     std::string tenant;
     int64_t tokens_seen = 0;
     double cost_seen = 0;
@@ -87,6 +93,10 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_best_compiled_;
   prometheus::Family<prometheus::Gauge>& job_last_result_;
   prometheus::Family<prometheus::Gauge>& job_started_;
+  prometheus::Family<prometheus::Gauge>& job_confirmed_;
+  prometheus::Family<prometheus::Gauge>& job_confirmed_low_;
+  prometheus::Family<prometheus::Gauge>& job_confirmed_high_;
+  prometheus::Family<prometheus::Gauge>& job_confirmed_at_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& tenant_jobs_;
   std::set<std::string> tenants_seen_;  // tenant labels of tenant_jobs_ (every state exported)
@@ -101,6 +111,9 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& model_cost_;
   prometheus::Family<prometheus::Counter>& sample_failures_;
   prometheus::Family<prometheus::Gauge>& dependency_last_success_;
+
+  // Under mu_: the job's model usage and confirmed best (see JobProgress).
+  void UpdateJob(JobGauges& g, const v1::Job& job);
 
   std::mutex mu_;
   std::map<std::string, JobGauges> jobs_running_;

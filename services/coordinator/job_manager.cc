@@ -207,8 +207,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
     progress = [this, metrics, backend = r->problem.backend(), tenant = r->tenant](const Progress& p) {
       if (p.result != nullptr) metrics->RecordEvaluation(backend, p.result->outcome(), tenant);
-      metrics->ModelUsage(p.job->id(), p.job->progress().llm_tokens(), p.job->progress().llm_cost_usd());
-      metrics->JobProgress(p.job->id(), p.evaluations, p.best_speedup, p.best_speedup_compiled,
+      metrics->JobProgress(*p.job, p.evaluations, p.best_speedup, p.best_speedup_compiled,
                            clock_.WallSeconds());
     };
   }

@@ -84,7 +84,7 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
 
   RunResult up = RunProgram(SourceDir() + "/scripts/cluster.sh", {"start", cluster_dir_},
                             {"BUILD_DIR=" + BinaryDir(), "WORKERS=1", "SCRAPE_INTERVAL=1s", "PROVIDERS=" + providers,
-                             "LLM_PROBABILITY=1"});
+                             "LLM_PROBABILITY=1", "CONFIRM_EVERY=5"});
   ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
   const int prom = std::stoi(std::string(absl::StripAsciiWhitespace(dir_.Read("cluster/prometheus.port"))));
   // The script prints "export KFORGE_SERVER=host:port KFORGE_TOKEN=...".
@@ -123,6 +123,10 @@ TEST_F(ObservabilityTest, EveryPanelReturnsDataAndEveryAlertParsesWhileAJobRuns)
   ASSERT_TRUE(WaitFor(prom, absl::StrCat("kforge_coordinator_job_evaluations{job_id=\"", job_id, "\"}"), 6, 120))
       << "the job made no progress\n" << Log("coordinator") << Log("proxy") << Log("worker0");
   ASSERT_TRUE(WaitFor(prom, "sum(kforge_llm_proxy_model_requests_total)", 3, 60)) << Log("proxy");
+  // The running-jobs table's confirmed best: a checkpoint's re-measurement (every 5 evaluations).
+  ASSERT_TRUE(WaitFor(prom, absl::StrCat("kforge_coordinator_job_confirmed_speedup_high{job_id=\"", job_id, "\"}"),
+                      0.01, 120))
+      << "no re-measurement of the finalists while the job ran\n" << Log("coordinator");
   ASSERT_TRUE(WaitFor(prom, "sum(kforge_worker_evaluations_total)", 3, 30)) << Log("worker0");
   std::this_thread::sleep_for(std::chrono::seconds(5));
 

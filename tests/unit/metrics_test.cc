@@ -51,7 +51,7 @@ TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\",tenant=\"acme\"} 1.5"));
   m.RecordEvaluation(v1::BACKEND_OPENCL, v1::OUTCOME_WRONG_ANSWER, "acme");
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\",tenant=\"acme\"} 0"));
-  m.JobProgress("job-a", 8, 2.25, 1.75, 1010);
+  m.JobProgress(RunningJob("job-a"), 8, 2.25, 1.75, 1010);
   text = Scrape(registry);
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup_over_compile{job_id=\"job-a\",tenant=\"acme\"} 1.75"));
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_evaluations{job_id=\"job-a\",tenant=\"acme\"} 8"));
@@ -60,8 +60,57 @@ TEST(CoordinatorMetricsTest, PerJobGaugesFollowTheJobAndLeaveWhenItEnds) {
   EXPECT_THAT(text,
               HasSubstr("kforge_coordinator_evaluations_total{backend=\"opencl\",outcome=\"wrong_answer\",tenant=\"acme\"} 1"));
   m.JobEnded("job-a");
-  m.JobProgress("job-a", 9, 3, 0, 1020);  // a late call after the end brings nothing back
+  m.JobProgress(RunningJob("job-a"), 9, 3, 0, 1020);  // a late call after the end brings nothing back
   EXPECT_THAT(Scrape(registry), Not(HasSubstr("job-a")));
+}
+
+// What the running-jobs table shows as the best: the winner of the latest re-measurement of the
+// finalists with its interval, absent before the first, kept when a later one failed, gone with
+// the job.
+TEST(CoordinatorMetricsTest, TheConfirmedBestAndItsIntervalFollowTheLatestReMeasurement) {
+  prometheus::Registry registry;
+  coordinator::CoordinatorMetrics m(registry);
+  v1::Job job = RunningJob("job-a");
+  m.JobStarted(job, 1000);
+  EXPECT_THAT(Scrape(registry), Not(HasSubstr("kforge_coordinator_job_confirmed_speedup")))
+      << "nothing confirmed yet";
+  v1::Confirmation* c = job.mutable_confirmation();
+  c->set_evaluations(100);
+  v1::FinalistTiming* first = c->add_finalists();
+  first->set_candidate_id("c7");
+  first->set_outcome(v1::OUTCOME_OK);
+  first->set_speedup(6.14);
+  first->set_speedup_low(5.9);
+  first->set_speedup_high(6.3);
+  first->set_first_speedup(9.5);
+  m.JobProgress(job, 101, 9.5, 0, 1010);
+  std::string text = Scrape(registry);
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_best_speedup{job_id=\"job-a\",tenant=\"acme\"} 9.5"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_confirmed_speedup{job_id=\"job-a\",tenant=\"acme\"} 6.14"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_confirmed_speedup_low{job_id=\"job-a\",tenant=\"acme\"} 5.9"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_confirmed_speedup_high{job_id=\"job-a\",tenant=\"acme\"} 6.3"));
+  EXPECT_THAT(text, HasSubstr("kforge_coordinator_job_confirmed_at_evaluations{job_id=\"job-a\",tenant=\"acme\"} 100"));
+  // A checkpoint whose re-measurement failed does not replace the good one.
+  v1::Job failed = job;
+  failed.mutable_confirmation()->mutable_finalists(0)->set_outcome(v1::OUTCOME_TIMEOUT);
+  failed.mutable_confirmation()->mutable_finalists(0)->set_speedup(0);
+  m.JobProgress(failed, 201, 9.5, 0, 1020);
+  EXPECT_THAT(Scrape(registry),
+              HasSubstr("kforge_coordinator_job_confirmed_speedup{job_id=\"job-a\",tenant=\"acme\"} 6.14"));
+  m.JobEnded("job-a");
+  EXPECT_THAT(Scrape(registry), Not(HasSubstr("job-a")));
+}
+
+// A resumed job's confirmation (from the store) shows from its start here.
+TEST(CoordinatorMetricsTest, AResumedJobShowsItsStoredConfirmationAtOnce) {
+  prometheus::Registry registry;
+  coordinator::CoordinatorMetrics m(registry);
+  v1::Job job = RunningJob("job-r");
+  v1::FinalistTiming* first = job.mutable_confirmation()->add_finalists();
+  first->set_outcome(v1::OUTCOME_OK);
+  first->set_speedup(2.5);
+  m.JobStarted(job, 1000);
+  EXPECT_THAT(Scrape(registry), HasSubstr("kforge_coordinator_job_confirmed_speedup{job_id=\"job-r\",tenant=\"acme\"} 2.5"));
 }
 
 // Model spend by tenant: what a job's totals grew by since it started here, not what an earlier
@@ -79,16 +128,21 @@ TEST(CoordinatorMetricsTest, ModelTokensAndCostCountPerTenant) {
   m.JobStarted(b, 1000);
   std::string text = Scrape(registry);
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_cost_usd_total{tenant=\"acme\"} 0")) << text;
-  m.ModelUsage("job-a", 1300, 0.75);
-  m.ModelUsage("job-a", 1300, 0.75);  // no growth, nothing counted
-  m.ModelUsage("job-b", 40, 0.01);
-  m.ModelUsage("job-c", 99, 9);       // not running here
+  auto usage = [&m](v1::Job job, int64_t tokens, double cost) {
+    job.mutable_progress()->set_llm_tokens(tokens);
+    job.mutable_progress()->set_llm_cost_usd(cost);
+    m.JobProgress(job, 8, 1.5, 0, 1010);
+  };
+  usage(a, 1300, 0.75);
+  usage(a, 1300, 0.75);  // no growth, nothing counted
+  usage(b, 40, 0.01);
+  usage(RunningJob("job-c"), 99, 9);  // not running here
   text = Scrape(registry);
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_tokens_total{tenant=\"acme\"} 300")) << text;
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_cost_usd_total{tenant=\"acme\"} 0.25")) << text;
   EXPECT_THAT(text, HasSubstr("kforge_coordinator_model_tokens_total{tenant=\"-\"} 40")) << text;
   m.JobEnded("job-a");
-  m.ModelUsage("job-a", 2000, 2);  // after its end here: not counted
+  usage(a, 2000, 2);  // after its end here: not counted
   EXPECT_THAT(Scrape(registry), HasSubstr("kforge_coordinator_model_tokens_total{tenant=\"acme\"} 300"));
 }
 
