@@ -24,7 +24,12 @@
 //     level the strictest they all meet; the NetworkPolicies, evaluated for who may reach whom
 //     (workers: /metrics from Prometheus only, egress to Redis and kube-dns only; the proxy: gRPC
 //     from the coordinators, /metrics from Prometheus, egress open; PostgreSQL and Redis as
-//     before); the dev overlay generates every Secret its pods need.
+//     before; the database exporters' and Alertmanager's ports from Prometheus only); the
+//     exporters read the databases' own password Secret keys; the dev overlay generates every
+//     Secret its pods need;
+//   - the monitoring kforge deploys: Alertmanager runs deploy/alertmanager/alertmanager.yml (the
+//     k8s copy is the same), prometheus-k8s.yml sends alerts to its Service, and every pod that asks
+//     to be scraped (prometheus.io/port) declares that port.
 // Compose (deploy/compose.yaml): parses it; every service's image or build (Dockerfile), mounted
 //   file and named volume exists; published and exposed ports, health checks and the hosts in the
 //   configs agree with deploy/config; depends_on conditions refer to services with health checks;
@@ -429,7 +434,16 @@ function checkKubernetes(name, dir, composeConfigs) {
     const pod = tpl.spec;
     const component = labels["app.kubernetes.io/component"];
     if (labels["app.kubernetes.io/part-of"] !== "kforge") fail(where, "pod template lacks app.kubernetes.io/part-of: kforge (kustomize 4's labels: do not reach pod templates)");
-    if (!["coordinator", "llm-proxy", "worker", "postgres", "redis"].includes(component)) fail(where, `pod template app.kubernetes.io/component is ${component}`);
+    if (!["coordinator", "llm-proxy", "worker", "postgres", "redis", "alertmanager"].includes(component)) fail(where, `pod template app.kubernetes.io/component is ${component}`);
+    // What Prometheus scrapes (prometheus-k8s.yml: the annotated port of the pod) is a port it has.
+    const scrape = tpl.metadata?.annotations ?? {};
+    if (scrape["prometheus.io/scrape"] === "true" &&
+        !pod.containers.some((c) => (c.ports ?? []).some((p) => String(p.containerPort) === scrape["prometheus.io/port"]))) {
+      fail(where, `annotation prometheus.io/port ${scrape["prometheus.io/port"]} is not a containerPort of the pod`);
+    }
+    if (["postgres", "redis"].includes(component) && scrape["prometheus.io/scrape"] !== "true") {
+      fail(where, `no exporter is scraped beside ${component} (KforgeDatabaseDown needs ${component === "redis" ? "redis_up" : "pg_up"})`);
+    }
     if (!matches(w.spec.selector?.matchLabels, labels)) fail(where, "spec.selector does not match the pod template's labels");
     const nonRoot = pod.securityContext?.runAsNonRoot === true || pod.containers.every((c) => c.securityContext?.runAsNonRoot === true);
     if (!nonRoot) fail(where, "pods must set securityContext.runAsNonRoot: true");
@@ -536,7 +550,13 @@ function checkKubernetes(name, dir, composeConfigs) {
           if (peer.ipBlock) fail(where, `admits an ipBlock to ${component}`);
           if (peer.namespaceSelector) {
             const nsName = peer.namespaceSelector.matchLabels?.["kubernetes.io/metadata.name"];
-            if (!(component === "redis" && nsName === "keda" && !peer.podSelector)) fail(where, `admits namespace ${nsName ?? "(any)"} to ${component}`);
+            const keda = component === "redis" && nsName === "keda" && !peer.podSelector;
+            // Prometheus, to the exporter's port only.
+            const prometheus = nsName === PROMETHEUS.ns && matches(PROMETHEUS.labels, peer.podSelector?.matchLabels ?? {}) &&
+              (rule.ports ?? []).length > 0 && rule.ports.every((p) => workloads.some((w) =>
+                w.spec.template.metadata.labels["app.kubernetes.io/component"] === component &&
+                w.spec.template.spec.containers.some((c) => (c.ports ?? []).some((cp) => cp.name === "metrics" && cp.containerPort === p.port))));
+            if (!keda && !prometheus) fail(where, `admits namespace ${nsName ?? "(any)"} to ${component}${nsName === PROMETHEUS.ns ? " (Prometheus only to the exporter's metrics port)" : ""}`);
             continue;
           }
           const admitted = podsOf(peer.podSelector?.matchLabels ?? {});
@@ -568,9 +588,52 @@ function checkKubernetes(name, dir, composeConfigs) {
     if (byKind("ScaledObject").length || byKind("TriggerAuthentication").length) fail(name, "has KEDA objects (KEDA is not assumed on a dev cluster)");
     if (!byKind("Deployment").some((w) => (ctx.workloadConfig(w)?.backends ?? []).includes("opencl"))) fail(name, "no OpenCL (PoCL) worker");
   }
+  checkMonitoring(ctx, workloads);
   checkHardening(ctx, workloads);
   console.log(`${name}: ${objects.length} objects (${[...new Set(objects.map((o) => o.kind))].sort().join(", ")})`);
 }
+
+// Alertmanager runs the shipped routes and receivers, and Prometheus (prometheus-k8s.yml) sends
+// to its Service.
+function checkMonitoring(ctx, workloads) {
+  const { name, objects } = ctx;
+  const am = workloads.filter((w) => w.spec.template.metadata?.labels?.["app.kubernetes.io/component"] === "alertmanager");
+  if (am.length === 0) return fail(name, "no Alertmanager: the alerts reach nobody");
+  const shipped = readYaml(path.join(ROOT, "deploy/alertmanager/alertmanager.yml"));
+  for (const w of am) {
+    const where = `${name}: ${w.kind}/${w.metadata.name}`;
+    const pod = w.spec.template.spec;
+    const c = pod.containers[0];
+    const arg = (c.args ?? []).find((a) => a.startsWith("--config.file="));
+    if (!arg) { fail(where, "runs without --config.file"); continue; }
+    const file = arg.slice("--config.file=".length);
+    const mount = (c.volumeMounts ?? []).find((m) => file.startsWith(m.mountPath.replace(/\/?$/, "/")));
+    const vol = mount && (pod.volumes ?? []).find((v) => v.name === mount.name);
+    const cm = vol?.configMap && objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === vol.configMap.name);
+    const text = cm?.data?.[path.posix.relative(mount.mountPath, file)];
+    if (text === undefined) { fail(where, `--config.file ${file} is not in a mounted ConfigMap`); continue; }
+    if (JSON.stringify(YAML.parse(text)) !== JSON.stringify(shipped)) {
+      fail(where, "its config differs from deploy/alertmanager/alertmanager.yml: keep deploy/k8s/base/config/alertmanager.yml the same (an overlay replaces it)");
+    }
+    if (!(c.args ?? []).includes("--storage.path=/alertmanager") ||
+        !(c.volumeMounts ?? []).some((m) => m.mountPath === "/alertmanager")) {
+      fail(where, "keep --storage.path=/alertmanager on a volume (silences and the notification log)");
+    }
+  }
+  const prom = readYaml(path.join(ROOT, "deploy/prometheus/prometheus-k8s.yml"));
+  const targets = (prom.alerting?.alertmanagers ?? []).flatMap((a) => (a.static_configs ?? []).flatMap((sc) => sc.targets ?? []));
+  if (targets.length === 0) fail("deploy/prometheus/prometheus-k8s.yml", "sends alerts nowhere (alerting.alertmanagers)");
+  for (const t of targets) {
+    const m = t.match(/^([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)$/);
+    const svc = m && objects.find((o) => o.kind === "Service" && o.metadata.name === m[1] && o.metadata.namespace === m[2]);
+    if (!svc || !svc.spec.ports.some((p) => p.port === Number(m[3]))) {
+      fail("deploy/prometheus/prometheus-k8s.yml", `alerts go to ${t}, which is not a Service port of ${name}`);
+    } else if (!podsSelectedBy(svc, am)) {
+      fail("deploy/prometheus/prometheus-k8s.yml", `alerts go to ${t}, whose Service does not select the Alertmanager`);
+    }
+  }
+}
+const podsSelectedBy = (svc, workloads) => workloads.some((w) => matches(svc.spec.selector, w.spec.template.metadata?.labels));
 
 // ---------------------------------------------------------------------------------------------
 // Hardening: credentials from Secrets, Redis' password, service account tokens, Pod Security
@@ -804,6 +867,19 @@ function checkHardening(ctx, workloads) {
       if (!cmd.includes("PONG")) fail(where, `${probe}: redis-cli exits 0 on a NOAUTH error; check the reply is PONG`);
     }
   }
+  // The exporters beside the databases read the same passwords (their own env names).
+  for (const [comp, cred, names] of [["redis", "redis-password", ["REDIS_PASSWORD"]],
+                                      ["postgres", "postgres-password", ["POSTGRES_PASSWORD", "DATA_SOURCE_PASS"]]]) {
+    for (const w of workloads.filter((x) => component(x) === comp)) {
+      for (const c of w.spec.template.spec.containers) {
+        for (const e of c.env ?? []) {
+          const ref = e.valueFrom?.secretKeyRef;
+          if (names.includes(e.name) && ref) ledger.add(cred, `Secret ${ref.name} key ${ref.key}`, `${w.metadata.name}/${c.name} (${e.name})`);
+          else if (names.includes(e.name)) fail(`${name}: ${w.kind}/${w.metadata.name}: container ${c.name}`, `${e.name} is not from a Secret`);
+        }
+      }
+    }
+  }
   // KEDA reaches Redis with the same password, through a TriggerAuthentication.
   for (const so of objects.filter((o) => o.kind === "ScaledObject")) {
     (so.spec?.triggers ?? []).forEach((t, i) => {
@@ -904,6 +980,23 @@ function checkHardening(ctx, workloads) {
     for (const src of [...pods.filter((p) => !["coordinator", "postgres"].includes(p.labels["app.kubernetes.io/component"])), ...outsiders]) {
       expect(src, pg, portOf(pg, "postgres"), "TCP", false, "only the coordinators reach PostgreSQL");
     }
+    expect(prom, pg, portOf(pg, "postgres"), "TCP", false, "Prometheus reads the exporter, not the database");
+  }
+  // The exporters beside the databases, and Alertmanager: Prometheus only.
+  for (const db of [...byComp("postgres"), ...byComp("redis")]) {
+    const metrics = portOf(db, "metrics");
+    expect(prom, db, metrics, "TCP", true, "Prometheus scrapes the database's exporter");
+    for (const src of [...pods.filter((p) => p !== db), ...outsiders]) {
+      expect(src, db, metrics, "TCP", false, "the exporter's /metrics is for Prometheus only");
+    }
+  }
+  for (const am of byComp("alertmanager")) {
+    const web = portOf(am, "web");
+    expect(prom, am, web, "TCP", true, "Prometheus sends its alerts to Alertmanager");
+    for (const src of [...pods.filter((p) => p !== am), ...outsiders]) {
+      expect(src, am, web, "TCP", false, "only Prometheus posts alerts (anyone else could silence or forge them)");
+    }
+    expect(am, outside[0], 443, "TCP", true, "Alertmanager notifies receivers anywhere");
   }
   for (const r of redis) {
     if (objects.some((o) => o.kind === "ScaledObject")) expect(outsiders[4], r, portOf(r, "redis"), "TCP", true, "KEDA reads the streams' lengths");

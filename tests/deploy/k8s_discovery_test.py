@@ -6,7 +6,8 @@ Usage: k8s_discovery_test.py [REPO_ROOT]    (PROMETHEUS=path to use another prom
 Prometheus's Kubernetes discovery is replaced by a file_sd file holding the same __meta_kubernetes_*
 labels a cluster would give for a few pods; the relabelling is the file's own. The test reads
 the targets Prometheus makes of them (/api/v1/targets): one per kforge pod that asks to be
-scraped, at the port of its prometheus.io/port annotation, with job kforge-<component> and the
+scraped, at the port of its prometheus.io/port annotation, with job kforge-<component> (postgres,
+redis and alertmanager for the database exporters and Alertmanager, as in compose) and the
 namespace, pod and node labels; every other pod dropped. Exit 0: passed; 1: failed (the
 differences printed); 77: no prometheus binary (skipped).
 """
@@ -51,7 +52,11 @@ PODS = [
     pod("127.0.0.11:9470", "coordinator-0", "coordinator", port=9470),   # and the metrics port
     pod("127.0.0.12", "llm-proxy-0", "llm-proxy", port=9471, path="/metrics"),
     pod("127.0.0.13:7072", "worker-abc", "worker", port=9472),
-    pod("127.0.0.14:5432", "postgres-0", "database", port=9187),          # not a kforge service
+    pod("127.0.0.14:5432", "db-0", "database", port=9187),                # not a component of ours
+    pod("127.0.0.19:5432", "postgres-0", "postgres", port=9187),          # PostgreSQL, its exporter's port
+    pod("127.0.0.19:9187", "postgres-0", "postgres", port=9187),
+    pod("127.0.0.20:6379", "redis-0", "redis", port=9121),
+    pod("127.0.0.21:9093", "alertmanager-0", "alertmanager", port=9093),
     pod("127.0.0.15:8080", "other-0", "worker", part_of="other", port=8080),
     pod("127.0.0.16:7072", "worker-noscrape", "worker", scrape=None, port=9472),
     pod("127.0.0.17:7072", "worker-off", "worker", scrape="false", port=9472),
@@ -65,6 +70,13 @@ EXPECTED = {
                                        "namespace": "kforge", "pod": "llm-proxy-0", "node": "node-1"},
     "http://127.0.0.13:9472/metrics": {"job": "kforge-worker", "instance": "127.0.0.13:9472",
                                        "namespace": "kforge", "pod": "worker-abc", "node": "node-1"},
+    # The jobs the alerts name (KforgeDatabaseDown tells PostgreSQL from Redis by job).
+    "http://127.0.0.19:9187/metrics": {"job": "postgres", "instance": "127.0.0.19:9187",
+                                       "namespace": "kforge", "pod": "postgres-0", "node": "node-1"},
+    "http://127.0.0.20:9121/metrics": {"job": "redis", "instance": "127.0.0.20:9121",
+                                       "namespace": "kforge", "pod": "redis-0", "node": "node-1"},
+    "http://127.0.0.21:9093/metrics": {"job": "alertmanager", "instance": "127.0.0.21:9093",
+                                       "namespace": "kforge", "pod": "alertmanager-0", "node": "node-1"},
 }
 
 
@@ -135,7 +147,7 @@ def main():
             print("expected:", json.dumps(EXPECTED, indent=1, sort_keys=True))
             print("got:     ", json.dumps(actual, indent=1, sort_keys=True))
             return 1
-    print(f"OK: {src} keeps the 3 kforge pods that ask to be scraped, with their jobs and ports, and drops the rest")
+    print(f"OK: {src} keeps the {len(EXPECTED)} kforge pods that ask to be scraped, with their jobs and ports, and drops the rest")
     return 0
 
 
