@@ -16,7 +16,9 @@
 # file); with --fresh it measures every configuration again.
 #
 # and prints the median wall seconds, configurations evaluated, configurations per minute and the
-# best configuration each found, and the kforge / Kernel Tuner ratios of configurations per minute.
+# best configuration each found, and the kforge / Kernel Tuner ratios of configurations per minute:
+# re-tuning (kforge --fresh against Kernel Tuner without its cache file: both measure everything
+# with warm compile caches) first, the headline, then cold and cached.
 #
 #   bench/kernel_tuner_peer.sh [KFORGE] [--kt-path PYTHONPATH] [--python PY] [--rounds N]
 #                              [--iterations N] [--keep]

@@ -46,6 +46,10 @@ std::string RuntimeCacheDir(const std::string& cache_dir) {
   return cache_dir.empty() ? "" : absl::StrCat(cache_dir, "/runtime");
 }
 
+std::string BinaryCacheDir(const std::string& cache_dir) {
+  return cache_dir.empty() ? "" : absl::StrCat(cache_dir, "/binaries");
+}
+
 std::string FormatReport(const v1::EvaluationResult& r) {
   std::string out;
   if (!r.device().name().empty()) {
@@ -210,6 +214,7 @@ int RunEval(const EvalArgs& args) {
   opts.run_timeout_seconds = args.timeout_seconds;
   opts.compile_timeout_seconds = args.compile_timeout_seconds;
   opts.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
+  opts.binary_cache_dir = BinaryCacheDir(args.cache_dir);
   auto log = MakeLogger("eval", args.json ? spdlog::level::warn : spdlog::level::warn);
   worker::Evaluator evaluator(opts, clock, log);
   v1::EvaluationRequest req;

@@ -14,6 +14,8 @@ inline constexpr double kMaxTimeoutSeconds = 86400;
 std::string DefaultCacheDir();
 // The sandboxes' runtime cache folder under a --cache-dir ("" for "").
 std::string RuntimeCacheDir(const std::string& cache_dir);
+// The kernel binary cache's folder in --cache-dir ("" when none).
+std::string BinaryCacheDir(const std::string& cache_dir);
 
 struct EvalArgs {
   std::string problem_dir;

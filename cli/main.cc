@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   eval->add_option("--compile-timeout", eval_args.compile_timeout_seconds,
                    "wall-clock limit per compilation, seconds (default 30)");
   eval->add_option("--cache-dir", eval_args.cache_dir,
-                   "folder for the device runtimes' compiled-kernel caches, kept between runs (\"\" = none)")
+                   "folder for the device runtimes' compiled-kernel caches and kforge's kernel binary cache, kept "
+                  "between runs (\"\" = none)")
       ->default_str(eval_args.cache_dir);
 
   kforge::cli::RunArgs run_args;
@@ -91,12 +92,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10));
   run->add_option("--confirm-rounds", run_args.confirm_rounds, "rounds of that re-measurement (default 9)")
       ->check(CLI::Range(1, 50));
+  run->add_flag("--always-remeasure", run_args.always_remeasure,
+                "re-measure the finalists even when their own benchmarks already rank the best beyond their "
+                "intervals (by default those are not re-measured)");
   run->add_option("--confirm-every", run_args.confirm_every,
                   "in a long job, re-measure the finalists every this many evaluations too (default 100, 0 = at "
                   "the end only)")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--cache-dir", run_args.cache_dir,
-                  "folder for the device runtimes' compiled-kernel caches, kept between runs (\"\" = none)")
+                  "folder for the device runtimes' compiled-kernel caches and kforge's kernel binary cache, kept "
+                  "between runs (\"\" = none)")
       ->default_str(run_args.cache_dir);
   run->add_flag("--fresh", run_args.fresh,
                 "measure every candidate anew (by default a candidate an earlier job in the same --db evaluated "

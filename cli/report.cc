@@ -102,6 +102,11 @@ ReportedSpeedup JobBestSpeedup(const v1::Job& job) {
 
 std::string SpeedupText(const ReportedSpeedup& s) {
   if (!s.confirmed) return absl::StrFormat("%.3fx (unconfirmed: one evaluation's measurement)", s.speedup);
+  if (s.rounds == 0) {
+    return absl::StrFormat("%.3fx (95%% interval %.3f-%.3fx from its benchmark, which separates it from the other "
+                           "finalists: not re-measured)",
+                           s.speedup, s.low, s.high);
+  }
   return absl::StrFormat("%.3fx (95%% interval %.3f-%.3fx, %d side-by-side rounds)", s.speedup, s.low, s.high,
                          s.rounds);
 }
@@ -335,11 +340,20 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
     }
   }
   if (const v1::Confirmation& c = job.confirmation(); c.finalists_size() > 0) {
+    // rounds 0: the finalists' own benchmarks separated the first (BenchmarkConfirmation).
+    const bool benchmarked = c.finalists(0).outcome() == v1::OUTCOME_OK && c.finalists(0).rounds() == 0;
     absl::StrAppend(&md,
-                    absl::StrFormat("\n## Finalists, re-measured side by side\n\nEach round timed the reference and "
-                                    "every finalist in turn on one worker (reference noise %.1f%%); speedup is the "
-                                    "median over rounds with its ~95%% interval.\n\n",
-                                    100 * c.reference_noise()),
+                    benchmarked
+                        ? absl::StrFormat("\n## Finalists, as their benchmarks timed them\n\nNot re-measured side by side: "
+                                          "each finalist's benchmark (the median of its samples with its ~95%% "
+                                          "interval, against the reference timed on the same worker, reference "
+                                          "noise %.1f%%) already ranks the first faster than the others beyond "
+                                          "their intervals.\n\n",
+                                          100 * c.reference_noise())
+                        : absl::StrFormat("\n## Finalists, re-measured side by side\n\nEach round timed the reference and "
+                                          "every finalist in turn on one worker (reference noise %.1f%%); speedup is the "
+                                          "median over rounds with its ~95%% interval.\n\n",
+                                          100 * c.reference_noise()),
                     c.reused_from_job().empty()
                         ? ""
                         : absl::StrCat("These are the measurements of job `", c.reused_from_job(),

@@ -137,6 +137,10 @@ int RunJob(const RunArgs& given) {
     eo.run_timeout_seconds = args.timeout_seconds;
     eo.compile_timeout_seconds = args.compile_timeout_seconds;
     eo.sandbox.runtime_cache_dir = RuntimeCacheDir(args.cache_dir);
+    eo.binary_cache_dir = BinaryCacheDir(args.cache_dir);
+    // Python and torch only for a PyTorch reference: importing torch is over a second of a short
+    // run (Probe starts the runner to learn the torch version the device reports).
+    eo.torch_enabled = problem->reference().has_pytorch();
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
     worker::Evaluator* evaluator = evaluators.back().get();  // the vector may grow meanwhile
     threads.emplace_back([&, i, evaluator] {
@@ -247,7 +251,8 @@ int RunJob(const RunArgs& given) {
                                  .device_class = device_class,
                                  .finalists = args.finalists,
                                  .confirm_rounds = args.confirm_rounds,
-                                 .confirm_every = args.confirm_every});
+                                 .confirm_every = args.confirm_every,
+                                 .always_remeasure = args.always_remeasure});
 
   std::string job_id = args.job_id;
   if (args.resume && job_id.empty()) {

@@ -64,6 +64,9 @@ void AddCoordinatorFields(ConfigSchema& schema, CoordinatorOptions& opts) {
   schema.Add("jobs.confirm_every", &opts.confirm_every,
              "in a long job, the finalists are also re-measured every this many evaluations (0 = at the end only)",
              [&opts] { return opts.confirm_every >= 0 ? std::string() : std::string("must be >= 0"); });
+  schema.Add("jobs.always_remeasure", &opts.always_remeasure,
+             "re-measure the finalists even when their own benchmarks already rank the best beyond their "
+             "intervals (by default those are not re-measured)");
   schema.Add("jobs.owner", &opts.owner, "this coordinator's name in job leases; empty: host:pid");
   schema.Add("jobs.problems_dir", &opts.problems_dir,
              "where submitted problem folders are written (replay caches among them: workers read them from "

@@ -25,6 +25,7 @@ struct CoordinatorOptions {
   int64_t finalists = 3;                  // re-measured side by side before a job reports its best
   int64_t confirm_rounds = 9;
   int64_t confirm_every = 100;            // ... and every this many evaluations (0 = at the end only)
+  bool always_remeasure = false;          // ... even when their benchmarks already separate the best
   int64_t embedded_workers = 0;           // in-process workers (memory queue: a one-process server)
   int64_t slots_per_job = 4;              // candidates in flight per job
   int64_t ready_per_job = -1;  // stored ahead per job (JobRunnerOptions); -1 = slots_per_job

@@ -1,6 +1,7 @@
 #include "services/coordinator/finalists.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -75,6 +76,115 @@ std::optional<ConfirmationOutcome> ConfirmationFrom(const v1::EvaluationResult& 
   }
   c.set_evaluations(sent_at);
   c.set_worker_id(r.worker_id());
+  return out;
+}
+
+namespace {
+
+// The speedup interval of one size set's timing: the candidate's median interval against the
+// reference's (its median alone when `same_reference`: the noise of a timing both share cancels).
+struct SetInterval {
+  double low = 0;
+  double high = 0;
+};
+SetInterval SpeedupInterval(const v1::SizeSetTiming& t, bool same_reference) {
+  const v1::TimingStats& ref = t.reference();
+  const v1::TimingStats& cand = t.candidate();
+  const double ref_low = same_reference ? ref.median_seconds() : ref.median_low_seconds();
+  const double ref_high = same_reference ? ref.median_seconds() : ref.median_high_seconds();
+  if (cand.median_low_seconds() <= 0 || cand.median_high_seconds() <= 0 || ref_low <= 0) return {};
+  return {ref_low / cand.median_high_seconds(), ref_high / cand.median_low_seconds()};
+}
+
+const v1::SizeSetTiming* TimingOf(const v1::EvaluationResult& r, const std::string& size_set) {
+  for (const auto& t : r.timings()) {
+    if (t.size_set() == size_set) return &t;
+  }
+  return nullptr;
+}
+
+// Their benchmarks ran at different times: a margin for what the machine's drift between them
+// could make of a gap (the side-by-side rounds exist to cancel it).
+constexpr double kDriftMargin = 0.05;
+
+// Whether `best` is faster than `other` beyond both intervals (and the drift margin) on every size
+// set best was timed on.
+bool SeparatedOnEverySet(const v1::EvaluationResult& best, const v1::EvaluationResult& other) {
+  if (best.timings_size() == 0) return false;
+  for (const v1::SizeSetTiming& b : best.timings()) {
+    const v1::SizeSetTiming* o = TimingOf(other, b.size_set());
+    // Fewer than 5 samples of the best: its interval is its range, too narrow to stand on.
+    if (o == nullptr || b.candidate().samples() < 5) return false;
+    const bool same_reference = best.worker_id() == other.worker_id() &&
+                                b.reference().SerializeAsString() == o->reference().SerializeAsString();
+    const SetInterval bi = SpeedupInterval(b, same_reference);
+    const SetInterval oi = SpeedupInterval(*o, same_reference);
+    if (bi.low <= 0 || oi.high <= 0 || bi.low <= oi.high * (1 + kDriftMargin)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<const Member*> Contenders(const std::vector<const Member*>& finalists) {
+  if (finalists.size() < 2) return finalists;
+  const v1::EvaluationResult& best = finalists.front()->result;
+  for (const Member* m : finalists) {
+    const v1::EvaluationResult& r = m->result;
+    if (r.outcome() != v1::OUTCOME_OK || !r.reused_from_job().empty() ||
+        r.device().device_class() != best.device().device_class()) {
+      return finalists;
+    }
+  }
+  std::vector<const Member*> out = {finalists.front()};
+  for (size_t i = 1; i < finalists.size(); ++i) {
+    if (!SeparatedOnEverySet(best, finalists[i]->result)) out.push_back(finalists[i]);
+  }
+  return out;
+}
+
+v1::FinalistTiming BenchmarkedFinalist(const Member& m) {
+  const v1::EvaluationResult& r = m.result;
+  v1::FinalistTiming f;
+  f.set_candidate_id(m.candidate.id());
+  f.set_outcome(v1::OUTCOME_OK);
+  f.set_speedup(r.speedup());
+  f.set_first_speedup(m.fitness);
+  double log_low = 0, log_high = 0, noise = 0;
+  int sets = 0;
+  for (const v1::SizeSetTiming& t : r.timings()) {
+    const SetInterval i = SpeedupInterval(t, /*same_reference=*/false);
+    if (i.low <= 0) continue;
+    log_low += std::log(i.low);
+    log_high += std::log(i.high);
+    const v1::TimingStats& cand = t.candidate();
+    noise += cand.median_seconds() > 0 ? (cand.p80_seconds() - cand.p20_seconds()) / cand.median_seconds() : 0;
+    ++sets;
+  }
+  if (sets > 0) {
+    f.set_speedup_low(std::exp(log_low / sets));
+    f.set_speedup_high(std::exp(log_high / sets));
+    f.set_noise(noise / sets);
+  }
+  return f;
+}
+
+std::optional<ConfirmationOutcome> BenchmarkConfirmation(const std::vector<const Member*>& finalists,
+                                                         int64_t evaluations) {
+  if (finalists.size() < 2 || Contenders(finalists).size() != 1) return std::nullopt;
+  const v1::EvaluationResult& best = finalists.front()->result;
+  ConfirmationOutcome out;
+  v1::Confirmation& c = out.confirmation;
+  for (const Member* m : finalists) *c.add_finalists() = BenchmarkedFinalist(*m);
+  const v1::TimingStats& ref = best.timings(0).reference();
+  c.set_reference_noise(ref.median_seconds() > 0 ? (ref.p80_seconds() - ref.p20_seconds()) / ref.median_seconds() : 0);
+  c.set_separated(true);
+  c.set_note(absl::StrCat("not re-measured: the finalists' own benchmarks already rank ", finalists.front()->candidate.id(),
+                          " first beyond their ~95% intervals"));
+  c.set_evaluations(evaluations);
+  c.set_worker_id(best.worker_id());
+  *c.mutable_device() = best.device();
+  out.best = finalists.front()->candidate.id();
   return out;
 }
 

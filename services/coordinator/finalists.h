@@ -44,6 +44,23 @@ struct ConfirmationOutcome {
                                                                   bool final, int64_t sent_at,
                                                                   const EvolutionEngine& engine);
 
+// The finalists a side-by-side re-measurement still has to rank (`finalists` in fitness order):
+// the first, and every other its own benchmark does not already put below the first beyond the
+// ~95% intervals of their medians, and 5% more for drift between the two benchmarks, on every
+// bench size set (against one worker's same timing of the reference, the candidates' time
+// intervals; else each speedup's interval with the reference's interval in it). All of them when an evaluation lacks the intervals (an older worker), was
+// reused, or ran on another device than the first.
+[[nodiscard]] std::vector<const Member*> Contenders(const std::vector<const Member*>& finalists);
+
+// A finalist's row as its benchmark timed it (rounds 0): the speedup's interval with the
+// reference's in it, geometric means over the size sets.
+[[nodiscard]] v1::FinalistTiming BenchmarkedFinalist(const Member& m);
+
+// The confirmation the finalists' own benchmarks make when they leave a single contender (at
+// least two finalists): nothing to re-measure (rounds 0, a note says so). nullopt otherwise.
+[[nodiscard]] std::optional<ConfirmationOutcome> BenchmarkConfirmation(const std::vector<const Member*>& finalists,
+                                                                       int64_t evaluations);
+
 // The re-measurement of `earlier`, the job every finalist's evaluation was reused from, renamed to
 // this job's candidates, when it timed exactly these finalists on `device_class` (nullopt
 // otherwise). `evaluations`: this job's count now.

@@ -262,6 +262,8 @@ class JobDriver {
   std::optional<v1::EvaluationRequest> confirm_;
   bool confirm_is_final_ = false;
   int64_t confirm_sent_at_ = 0;  // the job's evaluations when it was sent
+  // Finalists left out of it: their benchmarks put them below the best (see Contenders).
+  std::vector<std::string> confirm_settled_;
   bool confirmed_ = false;
   int64_t next_confirm_at_ = 0;  // the next checkpoint (evaluations); 0 = not worked out yet
   std::string confirmed_best_;  // the candidate the re-measurement ranked first

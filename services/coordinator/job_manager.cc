@@ -203,6 +203,7 @@ void JobManager::BeginJob(const std::shared_ptr<Running>& r) {
   ro.finalists = options_.finalists;
   ro.confirm_rounds = options_.confirm_rounds;
   ro.confirm_every = options_.confirm_every;
+  ro.always_remeasure = options_.always_remeasure;
   ProgressFn progress;
   if (CoordinatorMetrics* metrics = options_.metrics; metrics != nullptr) {
     progress = [this, metrics, backend = r->problem.backend(), tenant = r->tenant](const Progress& p) {

@@ -59,6 +59,7 @@ struct JobManagerOptions {
   int finalists = 3;          // see JobRunnerOptions
   int confirm_rounds = 9;
   int confirm_every = 100;
+  bool always_remeasure = false;  // see JobRunnerOptions
   int threads = 4;            // event-loop threads stepping the running jobs
   double idle_poll_seconds = 0.05;  // the longest a waiting job goes unpolled
   CoordinatorMetrics* metrics = nullptr;  // results and per-job gauges; null: none

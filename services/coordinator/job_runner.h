@@ -55,6 +55,9 @@ struct JobRunnerOptions {
   // watcher sees mid-run carries an interval too; the end skips its own when the finalists have
   // not changed since. 0 = at the end only.
   int confirm_every = 0;
+  // Re-measure the finalists even when their own benchmarks already separate the best (by default
+  // those need no re-measurement: BenchmarkConfirmation).
+  bool always_remeasure = false;
 };
 
 // How many stored candidates a job with `slots` slots holds ready (JobRunnerOptions::

@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
                                    .finalists = static_cast<int>(opts.finalists),
                                    .confirm_rounds = static_cast<int>(opts.confirm_rounds),
                                    .confirm_every = static_cast<int>(opts.confirm_every),
+                                   .always_remeasure = opts.always_remeasure,
                                    .threads = static_cast<int>(opts.job_threads),
                                    .metrics = &metrics,
                                    .gate = &gate});

@@ -159,13 +159,23 @@ class CudaBackend final : public DeviceBackend {
       resp.set_cache_hit(true);
       return resp;
     }
-    NvrtcOutput out = nvrtc_->Compile(req.source(), defs, arch_);
-    resp.set_log(out.log);
-    if (!out.ok) return resp;
     Program p;
-    if (CUresult r = cu_.ModuleLoadData(&p.module, out.cubin.data()); r != 0) {
-      resp.set_log(absl::StrCat(out.log, "\ncuModuleLoadData failed: ", ErrorString(r)));
-      return resp;
+    NvrtcOutput out;
+    // The worker's cached cubin of this request, if the driver loads it; else NVRTC.
+    if (!req.binary().empty() && cu_.ModuleLoadData(&p.module, req.binary().data()) == 0) {
+      resp.set_from_binary(true);
+      out.ok = true;
+      out.spill_bytes = -1;  // NVRTC's log said it; a loaded cubin does not
+      out.cubin = req.binary();
+    } else {
+      p.module = nullptr;
+      out = nvrtc_->Compile(req.source(), defs, arch_);
+      resp.set_log(out.log);
+      if (!out.ok) return resp;
+      if (CUresult r = cu_.ModuleLoadData(&p.module, out.cubin.data()); r != 0) {
+        resp.set_log(absl::StrCat(out.log, "\ncuModuleLoadData failed: ", ErrorString(r)));
+        return resp;
+      }
     }
     auto* res = resp.mutable_resources();
     res->set_spill_bytes(out.spill_bytes);
@@ -198,6 +208,10 @@ class CudaBackend final : public DeviceBackend {
     p.response = resp;
     programs_[id] = std::move(p);
     cache_[key] = id;
+    // A cubin is at hand whatever the request asked: sending it costs nothing more.
+    if (req.want_binary() != v1::CompileRequest::BINARY_WANTED_NO && !resp.from_binary()) {
+      resp.set_binary(std::move(out.cubin));
+    }
     return resp;
   }
 

@@ -63,6 +63,15 @@ Evaluator::Evaluator(EvaluatorOptions options, Clock& clock, Logger log)
     std::random_device rd;
     options_.input_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
+  if (!options_.binary_cache_dir.empty()) {
+    // Without it every kernel is compiled from source: slower, never wrong.
+    auto cache = KernelBinaryCache::Open(options_.binary_cache_dir, options_.binary_cache_max_bytes);
+    if (cache.ok()) {
+      binaries_ = *std::move(cache);
+    } else {
+      log_->warn("no kernel binary cache: {}", cache.status().message());
+    }
+  }
 }
 
 Evaluator::~Evaluator() = default;

@@ -17,6 +17,8 @@
 #include "common/logging.h"
 #include "common/problem_check.h"
 #include "kforge/v1/evaluation.pb.h"
+#include "kforge/v1/sandbox.pb.h"
+#include "services/gpu-worker/kernel_binary_cache.h"
 #include "services/gpu-worker/replay.h"
 #include "services/gpu-worker/sandbox.h"
 #include "services/gpu-worker/screen.h"
@@ -55,9 +57,11 @@ struct EvaluatorOptions {
   int64_t share_outputs_min_bytes = int64_t{1} << 20;
   // Adaptive sampling: a candidate stops sampling once its median is known to +-this fraction
   // (~95% interval), or after min_bench_seconds, whichever comes first (min_samples at least).
-  // 0 = always min_bench_seconds. The reference always takes min_bench_seconds: every candidate
-  // of the problem is judged against it.
+  // 0 = always min_bench_seconds.
   double bench_rel_error = 0.02;
+  // The reference, which every candidate of the problem is judged against, to a tighter target:
+  // +-1% (or min_bench_seconds). 0 = always min_bench_seconds.
+  double reference_rel_error = 0.01;
   // Racing: after race_samples samples, a candidate whose fastest sample is race_factor times the
   // time of the job's best on that size set (EvaluationRequest.best_set_speedups, or
   // best_speedup) stops sampling. 0 = off. By default, once every one of 5 samples is over 1.1x
@@ -82,6 +86,12 @@ struct EvaluatorOptions {
   // pipe once per sandbox lifetime rather than on every run; 0 sends them every time.
   int64_t resident_input_bytes = int64_t{1} << 30;
   int64_t max_message_bytes = 2048; // compile logs and messages are truncated to this
+  // The kernel binary cache (kernel_binary_cache.h), "" = none: a kernel compiled before on this
+  // device is loaded from what its runtime built then. `binary_wanted` says when a build's binary
+  // is fetched for it: IF_CHEAP leaves out PoCL on a CPU (see sandbox.proto).
+  std::string binary_cache_dir;
+  int64_t binary_cache_max_bytes = int64_t{1} << 30;
+  v1::CompileRequest::BinaryWanted binary_wanted = v1::CompileRequest::BINARY_WANTED_IF_CHEAP;
   // PyTorch references: the process that runs them (a python3 with torch). Off: such problems
   // are refused (CheckRequest).
   bool torch_enabled = true;
@@ -130,6 +140,7 @@ class Evaluator {
   EvaluatorOptions options_;
   Clock& clock_;
   Logger log_;
+  std::unique_ptr<KernelBinaryCache> binaries_;  // null: no binary cache
   std::mutex mu_;
   std::map<int, std::unique_ptr<BackendState>> backends_;
   ReplayEvaluator replay_;

@@ -29,6 +29,9 @@ v1::TimingStats TimingStatsOf(std::vector<double> s) {
   t.set_p20_seconds(SortedQuantile(s, 0.2));
   t.set_p80_seconds(SortedQuantile(s, 0.8));
   t.set_samples(static_cast<int32_t>(s.size()));
+  const auto [lo, hi] = MedianIntervalRanks(s.size());
+  t.set_median_low_seconds(s[lo]);
+  t.set_median_high_seconds(s[hi]);
   return t;
 }
 
@@ -97,7 +100,9 @@ void Evaluator::Run::Benchmark() {
     if (sampling.race_seconds > 0 && fastest > kSkipBenchmarkFactor * best_seconds) {
       // Its validation runs were already far slower than the best (a margin for their differences
       // from a timed sample: no warm-up, no cache flush, fresh inputs): not worth a benchmark, its
-      // fastest run stands for it.
+      // fastest run stands for it. The repeat run the benchmark's last run would have been is
+      // made here.
+      if (!ValidationRun(set, 0, /*pattern=*/1, v1::STAGE_BENCHMARK, t0)) return;
       samples = {fastest};
       raced = true;
     } else if (!TimeCandidate(set, *indices, sampling, t0, &samples, &raced)) {
@@ -145,7 +150,8 @@ Evaluator::Run::Sampling Evaluator::Run::ReferenceSampling() const {
   return Sampling{.warmup = o.warmup,
                   .min_samples = o.min_samples,
                   .max_samples = o.max_samples,
-                  .min_seconds = o.min_bench_seconds};
+                  .min_seconds = o.min_bench_seconds,
+                  .target_rel_error = o.reference_rel_error};
 }
 
 Evaluator::Run::Sampling Evaluator::Run::Capped(Sampling s, double run_seconds) const {
@@ -183,6 +189,11 @@ Evaluator::Run::Sampling Evaluator::Run::RoundSampling(int set, bool reference) 
   return s;
 }
 
+double Evaluator::Run::ReferenceRunSeconds(int set) const {
+  auto it = data_->ref_run_seconds.find(set);
+  return it == data_->ref_run_seconds.end() ? 0 : it->second;
+}
+
 Evaluator::Run::Sampling Evaluator::Run::CandidateSampling() const {
   Sampling s = ReferenceSampling();
   s.target_rel_error = ev_.options_.bench_rel_error;
@@ -210,7 +221,7 @@ bool Evaluator::Run::TimeCandidate(int set, const std::vector<int>& indices,
                                    std::vector<double>* samples, bool* raced) {
   std::vector<v1::BufferSet> sets;
   for (int i : indices) {
-    sets.push_back(BuildSet(set, i, cand_scratch_[set], 0, /*inputs_only=*/i != indices[0],
+    sets.push_back(BuildSet(set, i, cand_scratch_[set], /*pattern=*/1, /*inputs_only=*/i != indices[0],
                             /*resident=*/true));
   }
   auto r = RunCalls(cand_program_, cand_calls_[set], std::move(sets), &sampling);
@@ -219,7 +230,7 @@ bool Evaluator::Run::TimeCandidate(int set, const std::vector<int>& indices,
     return false;
   }
   const auto& run = r.response.run();
-  if (!Check(set, indices[run.last_set()], r, 0, "stale")) {
+  if (!Check(set, indices[run.last_set()], r, /*pattern=*/1, "stale")) {
     const auto& e = res_.errors();
     EndStage(v1::STAGE_BENCHMARK, t0, v1::OUTCOME_WRONG_ANSWER,
              absl::StrCat(e.check(), ": the last timed run left wrong results in ", e.buffer(),

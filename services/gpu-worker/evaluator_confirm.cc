@@ -63,6 +63,22 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     Fail(res, v1::OUTCOME_INFRA_ERROR, "the sandbox kept restarting while the finalists were prepared");
     return;
   }
+  // A round's sampling of the reference, which normalises the finalists' times of that round:
+  // about the device time the finalists take in it (3 samples at least, confirm_samples at most),
+  // so that a reference much slower than the kernels it judges does not dominate the rounds.
+  auto reference_sampling = [&](const Run& ref_run, int set) {
+    Run::Sampling s = ref_run.RoundSampling(set, /*reference=*/true);
+    double finalists = 0;  // one run of each
+    for (int i = 0; i < n; ++i) {
+      if (alive[i] && runs[i] != nullptr) finalists += runs[i]->RunSeconds(set);
+    }
+    const double ref = ref_run.ReferenceRunSeconds(set);
+    if (finalists <= 0 || ref <= 0) return s;
+    const int fit =
+        static_cast<int>(std::ceil(finalists * ref_run.RoundSampling(set, /*reference=*/false).max_samples / ref));
+    s.max_samples = s.min_samples = std::clamp(fit, std::min(3, s.max_samples), s.max_samples);
+    return s;
+  };
   std::vector<int> bench_sets;
   for (int s = 0; s < req.problem().size_sets_size(); ++s) {
     if (req.problem().size_sets(s).bench()) bench_sets.push_back(s);
@@ -81,7 +97,7 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     for (int set : bench_sets) {
       auto indices = ref_run.BenchIndices(set);
       absl::StatusOr<std::vector<double>> ref =
-          indices.ok() ? ref_run.TimeReference(set, *indices, ref_run.RoundSampling(set, /*reference=*/true))
+          indices.ok() ? ref_run.TimeReference(set, *indices, reference_sampling(ref_run, set))
                        : indices.status();
       if (!ref.ok()) {
         Fail(res, v1::OUTCOME_INFRA_ERROR, absl::StrCat("re-measuring the finalists: ", ref.status().message()));

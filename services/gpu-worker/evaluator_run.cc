@@ -13,6 +13,7 @@
 #include "common/dtype.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "services/gpu-worker/device_backend.h"
 #include "services/gpu-worker/host_data.h"
 #include "services/gpu-worker/kernel_calls.h"
 #include "services/gpu-worker/sample_stats.h"
@@ -266,6 +267,32 @@ bool Evaluator::Run::Check(int set, int index, const Sandbox::CallResult& result
   return true;
 }
 
+bool Evaluator::Run::ValidationRun(int set, int trial, int pattern, v1::Stage stage, double t0) {
+  auto r = RunCalls(cand_program_, cand_calls_[set],
+                    {BuildSet(set, trial, cand_scratch_[set], pattern, false, /*resident=*/true)}, nullptr);
+  if (!RunSucceeded(r)) {
+    EndRunFailure(stage, t0, r);
+    return false;
+  }
+  const auto& run = r.response.run();
+  if (run.samples_seconds_size() > 0) {
+    cand_run_seconds_.resize(p_.size_sets_size(), 0);
+    cand_fastest_run_.resize(p_.size_sets_size(), 0);
+    const double t = run.samples_seconds(0);
+    cand_run_seconds_[set] = std::max(cand_run_seconds_[set], t);
+    cand_fastest_run_[set] = cand_fastest_run_[set] > 0 ? std::min(cand_fastest_run_[set], t) : t;
+  }
+  if (!Check(set, trial, r, pattern, pattern == 0 ? "tolerance" : "nondeterministic")) {
+    const auto& e = res_.errors();
+    EndStage(stage, t0, v1::OUTCOME_WRONG_ANSWER,
+             absl::StrCat(e.check(), ": buffer ", e.buffer(), " size set ", e.size_set(), " trial ", trial,
+                          pattern == 1 ? " (repeat run)" : "", ": ", e.mismatches(), " elements wrong, first at ",
+                          e.first_mismatch_index(), ", max abs error ", e.max_abs_error()));
+    return false;
+  }
+  return true;
+}
+
 void Evaluator::Run::Execute() {
   if (Prepare()) Benchmark();
 }
@@ -340,12 +367,30 @@ bool Evaluator::Run::Prepare() {
     c->set_source(req_.candidate().source());
     for (const auto& [k, v] : screened->defines) (*c->mutable_defines())[k] = v;
     for (const auto& n : KernelNames(all_launches)) c->add_kernels(n);
+    // The kernel binary cache, keyed as the sandbox's own compile cache is, with this device and
+    // its compiler: what the runtime built from this request before, else a build to keep.
+    std::string binary_key;
+    if (ev_.binaries_ != nullptr && ev_.options_.binary_wanted != v1::CompileRequest::BINARY_WANTED_NO) {
+      const v1::DeviceInfo& d = hello->device();
+      binary_key = CompileCacheKey(*c, absl::StrCat(BackendName(p_.backend()), "|", d.name(), "|", d.arch(), "|",
+                                                    d.driver_version(), "|", hello->compiler_version()));
+      if (std::optional<std::string> binary = ev_.binaries_->Get(binary_key)) {
+        c->set_binary(*std::move(binary));
+      } else {
+        c->set_want_binary(ev_.options_.binary_wanted);
+      }
+    }
     auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_COMPILE, t0, r);
       return false;
     }
     const auto& cr = r.response.compile();
+    if (cr.ok() && !cr.binary().empty() && !binary_key.empty()) {
+      if (absl::Status st = ev_.binaries_->Put(binary_key, cr.binary()); !st.ok()) {
+        ev_.log_->warn("kernel binary not cached: {}", st.message());
+      }
+    }
     *res_.mutable_resources() = cr.resources();
     res_.mutable_resources()->set_source_bytes(
         static_cast<int64_t>(req_.candidate().source().size()));
@@ -379,10 +424,13 @@ bool Evaluator::Run::Prepare() {
     }
     cand_program_ = cr.program_id();
     EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, cr.log().empty() ? "" : cr.log());
-    res_.mutable_stages()->rbegin()->set_cache_hit(cr.cache_hit());
+    res_.mutable_stages()->rbegin()->set_cache_hit(cr.cache_hit() || cr.from_binary());
   }
 
-  // Stage 3: validate on fresh inputs; outputs poisoned; a repeat must agree.
+  // Stage 3: validate on fresh inputs; outputs poisoned; a repeat must agree. The repeat of a size
+  // set the benchmark times is the benchmark's own last run (poisoned with the repeat's pattern
+  // before every run, and checked), or, for a candidate too slow to be timed, a run Benchmark
+  // makes: here only for the size sets no benchmark runs.
   t0 = clock.MonotonicSeconds();
   const int generation = sb_->generation();
   for (int set = 0; set < p_.size_sets_size(); ++set) {
@@ -396,32 +444,9 @@ bool Evaluator::Run::Prepare() {
                  "sandbox restarted during validation");
         return false;
       }
-      const int repeats = trial == 0 ? 2 : 1;
+      const int repeats = trial == 0 && !p_.size_sets(set).bench() ? 2 : 1;
       for (int rep = 0; rep < repeats; ++rep) {
-        auto r = RunCalls(cand_program_, cand_calls_[set],
-                          {BuildSet(set, trial, cand_scratch_[set], rep, false, /*resident=*/true)},
-                          nullptr);
-        if (!RunSucceeded(r)) {
-          EndRunFailure(v1::STAGE_VALIDATE, t0, r);
-          return false;
-        }
-        const auto& run = r.response.run();
-        if (run.samples_seconds_size() > 0) {
-          cand_run_seconds_.resize(p_.size_sets_size(), 0);
-          cand_fastest_run_.resize(p_.size_sets_size(), 0);
-          const double t = run.samples_seconds(0);
-          cand_run_seconds_[set] = std::max(cand_run_seconds_[set], t);
-          cand_fastest_run_[set] = cand_fastest_run_[set] > 0 ? std::min(cand_fastest_run_[set], t) : t;
-        }
-        if (!Check(set, trial, r, rep, rep == 0 ? "tolerance" : "nondeterministic")) {
-          const auto& e = res_.errors();
-          EndStage(v1::STAGE_VALIDATE, t0, v1::OUTCOME_WRONG_ANSWER,
-                   absl::StrCat(e.check(), ": buffer ", e.buffer(), " size set ", e.size_set(),
-                                " trial ", trial, rep == 1 ? " (repeat run)" : "", ": ",
-                                e.mismatches(), " elements wrong, first at ",
-                                e.first_mismatch_index(), ", max abs error ", e.max_abs_error()));
-          return false;
-        }
+        if (!ValidationRun(set, trial, rep, v1::STAGE_VALIDATE, t0)) return false;
       }
     }
   }

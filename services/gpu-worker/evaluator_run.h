@@ -86,7 +86,9 @@ class Evaluator::Run {
   absl::StatusOr<std::vector<double>> TimeReference(int set, const std::vector<int>& indices,
                                                     const Sampling& sampling);
   // Times the candidate (after Prepare) and checks what its last timed run left; false (the
-  // result's outcome set, the benchmark stage closed from t0) when it failed.
+  // result's outcome set, the benchmark stage closed from t0) when it failed. Outputs are poisoned
+  // with the repeat run's pattern (1) before every timed run: the last run's check is the repeat
+  // run of a benchmarked size set (see Prepare).
   bool TimeCandidate(int set, const std::vector<int>& indices, const Sampling& sampling, double t0,
                      std::vector<double>* samples, bool* raced);
   v1::EvaluationResult& result() { return res_; }
@@ -94,6 +96,12 @@ class Evaluator::Run {
   // How a confirmation round samples this candidate (or the reference) on a size set: a few
   // samples, fewer for a kernel whose run takes long (a round gets a third of max_bench_seconds).
   Sampling RoundSampling(int set, bool reference) const;
+  // The candidate's slowest validation run on a size set (0 before Prepare).
+  double RunSeconds(int set) const {
+    return set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0;
+  }
+  // The reference's slowest validation run on a size set (0 when it has not run).
+  double ReferenceRunSeconds(int set) const;
 
  private:
   // Closes the current stage; false (and the result's outcome set) when it failed.
@@ -161,6 +169,10 @@ class Evaluator::Run {
   // `sampling` null: a validation run (once, every buffer back).
   Sandbox::CallResult RunCalls(int program, const std::vector<v1::KernelCall>& calls,
                                std::vector<v1::BufferSet> sets, const Sampling* sampling);
+  // One validation run of the candidate on (set, trial) with outputs poisoned by `pattern`, its
+  // time noted and its answer checked; false (the stage closed from t0 with the reason) when it
+  // failed. Pattern 1 is the repeat run, judged "nondeterministic".
+  bool ValidationRun(int set, int trial, int pattern, v1::Stage stage, double t0);
   // Compares one run's returned buffers with the inputs and the reference; fills errors_.
   bool Check(int set, int index, const Sandbox::CallResult& result, int pattern,
              const char* check_name);

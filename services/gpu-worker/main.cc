@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
   eval_opts.sandbox.require_jail = opts.require_jail;
   eval_opts.sandbox.run_as_uid = opts.run_as_uid;
   eval_opts.sandbox.runtime_cache_dir = opts.compile_cache_dir;
+  // The worker's own (the sandboxes get the runtimes' subfolders, never this one).
+  if (!opts.compile_cache_dir.empty()) eval_opts.binary_cache_dir = opts.compile_cache_dir + "/binaries";
   eval_opts.bench_rel_error = opts.bench_rel_error;
+  eval_opts.reference_rel_error = opts.reference_rel_error;
   eval_opts.race_factor = opts.race_factor;
   eval_opts.race_samples = static_cast<int>(opts.race_samples);
   for (absl::string_view p : absl::StrSplit(opts.read_paths, ',', absl::SkipEmpty())) {

@@ -112,6 +112,7 @@ class OpenClBackend final : public DeviceBackend {
     hello.set_compiler_version(absl::StrCat(DeviceString(device_, CL_DEVICE_OPENCL_C_VERSION), " / ",
                                             info->driver_version()));
     compiler_id_ = absl::StrCat(info->name(), "|", hello.compiler_version());
+    cpu_device_ = (DeviceValue<cl_device_type>(device_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_CPU) != 0;
     return hello;
   }
 
@@ -126,38 +127,28 @@ class OpenClBackend final : public DeviceBackend {
       resp.set_cache_hit(true);
       return resp;
     }
-    const char* src = req.source().c_str();
-    const size_t len = req.source().size();
-    cl_int err = CL_SUCCESS;
     Program p;
-    p.program = clCreateProgramWithSource(context_, 1, &src, &len, &err);
-    if (err != CL_SUCCESS) {
-      resp.set_log(absl::StrCat("clCreateProgramWithSource failed: ", err));
+    // The worker's cached binary of this request, if the driver takes it; else the source.
+    if (!req.binary().empty() && BuildFromBinary(req.binary(), options, &p)) {
+      resp.set_from_binary(true);
+    } else if (!BuildFromSource(req.source(), options, &p, &resp)) {
       return resp;
     }
-    err = clBuildProgram(p.program, 1, &device_, options.c_str(), nullptr, nullptr);
-    size_t log_size = 0;
-    clGetProgramBuildInfo(p.program, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &log_size);
-    std::string log(log_size, '\0');
-    if (log_size > 0) clGetProgramBuildInfo(p.program, device_, CL_PROGRAM_BUILD_LOG, log_size, log.data(), nullptr);
-    while (!log.empty() && log.back() == '\0') log.pop_back();
-    resp.set_log(log);
-    if (err != CL_SUCCESS) {
-      ReleaseProgram(p);
-      if (log.empty()) resp.set_log(absl::StrCat("clBuildProgram failed: ", err));
-      return resp;
-    }
+    const std::string log = resp.log();
     auto* res = resp.mutable_resources();
     res->set_registers_per_thread(-1);
     res->set_spill_bytes(-1);
-    res->set_source_bytes(static_cast<int64_t>(len));
-    // No CL_PROGRAM_BINARY_SIZES: PoCL generates the binary to answer it, 0.35 s more per build
-    // (0.115 s -> 0.467 s for matmul, alternating builds of unique sources); binary_bytes stays 0.
+    res->set_source_bytes(static_cast<int64_t>(req.source().size()));
+    // No CL_PROGRAM_BINARY_SIZES unless asked: PoCL generates the binary to answer it, 0.35 s more
+    // per build (0.115 s -> 0.467 s for matmul, alternating builds of unique sources); binary_bytes
+    // stays 0 then.
     int64_t max_threads = INT64_MAX;
     for (const auto& name : req.kernels()) {
+      cl_int err = CL_SUCCESS;
       cl_kernel k = clCreateKernel(p.program, name.c_str(), &err);
       if (err != CL_SUCCESS) {
         ReleaseProgram(p);
+        resp.set_ok(false);
         resp.set_log(absl::StrCat(log, "\nkernel '", name, "' not found in the program"));
         return resp;
       }
@@ -180,6 +171,13 @@ class OpenClBackend final : public DeviceBackend {
     p.response = resp;
     programs_[id] = std::move(p);
     cache_[key] = id;
+    const bool want = req.want_binary() == v1::CompileRequest::BINARY_WANTED_ALWAYS ||
+                      (req.want_binary() == v1::CompileRequest::BINARY_WANTED_IF_CHEAP && !cpu_device_);
+    if (want && !resp.from_binary()) {
+      std::string binary = ProgramBinary(programs_[id].program);
+      res->set_binary_bytes(static_cast<int64_t>(binary.size()));
+      resp.set_binary(std::move(binary));
+    }
     return resp;
   }
 
@@ -344,6 +342,62 @@ class OpenClBackend final : public DeviceBackend {
   };
   static constexpr size_t kMaxPrograms = 256;
 
+  // Builds `source` into *p; false with the compiler's log in *resp when it does not build.
+  bool BuildFromSource(const std::string& source, const std::string& options, Program* p,
+                       v1::CompileResponse* resp) {
+    const char* src = source.c_str();
+    const size_t len = source.size();
+    cl_int err = CL_SUCCESS;
+    p->program = clCreateProgramWithSource(context_, 1, &src, &len, &err);
+    if (err != CL_SUCCESS) {
+      resp->set_log(absl::StrCat("clCreateProgramWithSource failed: ", err));
+      return false;
+    }
+    err = clBuildProgram(p->program, 1, &device_, options.c_str(), nullptr, nullptr);
+    size_t log_size = 0;
+    clGetProgramBuildInfo(p->program, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &log_size);
+    std::string log(log_size, '\0');
+    if (log_size > 0) clGetProgramBuildInfo(p->program, device_, CL_PROGRAM_BUILD_LOG, log_size, log.data(), nullptr);
+    while (!log.empty() && log.back() == '\0') log.pop_back();
+    resp->set_log(log);
+    if (err != CL_SUCCESS) {
+      ReleaseProgram(*p);
+      if (log.empty()) resp->set_log(absl::StrCat("clBuildProgram failed: ", err));
+      return false;
+    }
+    return true;
+  }
+
+  // Builds a program binary of this device (as ProgramBinary gave it) into *p; false when the
+  // driver refuses it (another driver version, damaged bytes): then the source is built.
+  bool BuildFromBinary(const std::string& binary, const std::string& options, Program* p) {
+    const size_t len = binary.size();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(binary.data());
+    cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+    p->program = clCreateProgramWithBinary(context_, 1, &device_, &len, &bytes, &status, &err);
+    if (err != CL_SUCCESS || status != CL_SUCCESS || p->program == nullptr) {
+      ReleaseProgram(*p);
+      return false;
+    }
+    if (clBuildProgram(p->program, 1, &device_, options.c_str(), nullptr, nullptr) != CL_SUCCESS) {
+      ReleaseProgram(*p);
+      return false;
+    }
+    return true;
+  }
+
+  // The built program's binary for this device ("" when the driver gives none).
+  std::string ProgramBinary(cl_program program) {
+    size_t size = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, nullptr) != CL_SUCCESS || size == 0) {
+      return "";
+    }
+    std::string binary(size, '\0');
+    unsigned char* out = reinterpret_cast<unsigned char*>(binary.data());
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(out), &out, nullptr) != CL_SUCCESS) return "";
+    return binary;
+  }
+
   static void ReleaseProgram(Program& p) {
     for (auto& [n, k] : p.kernels) clReleaseKernel(k);
     p.kernels.clear();
@@ -360,6 +414,8 @@ class OpenClBackend final : public DeviceBackend {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::string compiler_id_;
+  // A CPU device (PoCL): a program binary costs a generic compile there (see BINARY_WANTED_IF_CHEAP).
+  bool cpu_device_ = false;
   std::map<int, Program> programs_;
   std::map<std::string, int> cache_;
   int next_id_ = 1;

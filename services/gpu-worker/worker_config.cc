@@ -72,6 +72,13 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
              "a candidate stops sampling once its median is known to +- this fraction (~95% interval); 0 = "
              "always sample the full device time",
              [&opts] { return opts.bench_rel_error >= 0 && opts.bench_rel_error < 1 ? std::string() : std::string("must be 0 to 1"); });
+  schema.Add("benchmark.reference_rel_error", &opts.reference_rel_error,
+             "the reference, which every candidate is judged against, stops sampling once its median is known "
+             "to +- this fraction (~95% interval); 0 = always sample the full device time",
+             [&opts] {
+               return opts.reference_rel_error >= 0 && opts.reference_rel_error < 1 ? std::string()
+                                                                                    : std::string("must be 0 to 1");
+             });
   schema.Add("benchmark.race_factor", &opts.race_factor,
              "a candidate whose fastest of benchmark.race_samples samples is this many times the "
              "job's best time stops sampling (1.1: every sample over 1.1x the best's); 0 = off",
@@ -87,8 +94,10 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
                           : std::string("must be 1 to 1000");
              });
   schema.Add("compile_cache.dir", &opts.compile_cache_dir,
-             "folder for the device runtimes' compiled-kernel caches (PoCL, the CUDA driver's JIT), kept "
-             "across sandboxes and restarts; empty = each sandbox's own folder");
+             "folder for the device runtimes' compiled-kernel caches (PoCL, the CUDA driver's JIT) and the "
+             "worker's kernel binary cache (binaries/: a CUDA cubin, an OpenCL GPU driver's binary, loaded "
+             "instead of compiling the same kernel again), kept across sandboxes and restarts; empty = each "
+             "sandbox's own folder and no binary cache");
 }
 
 }  // namespace kforge::worker

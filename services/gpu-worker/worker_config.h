@@ -32,6 +32,7 @@ struct WorkerOptions {
   int64_t memory_limit_mb = 8192;          // sandbox address-space limit
   int64_t resident_input_mb = 1024;        // inputs a sandbox keeps between runs
   double bench_rel_error = 0.02;           // adaptive sampling target (0 = min_bench_seconds always)
+  double reference_rel_error = 0.01;       // the reference's (0 = min_bench_seconds always)
   double race_factor = 1.1;                // racing against the job's best (0 = off)
   int64_t race_samples = 5;                // ... after this many samples
   std::string compile_cache_dir;           // the runtimes' kernel caches; "" = per sandbox

@@ -3,6 +3,7 @@
 // in a worker-owned folder across sandboxes.
 
 #include <filesystem>
+#include <fstream>
 
 #include "common/clock.h"
 #include "common/launch.h"
@@ -131,6 +132,7 @@ TEST(SampleStatsTest, MedianIntervalRanksCoverNinetyFivePercent) {
 TEST_F(BenchmarkStageTest, AdaptiveSamplingStopsOnceTheMedianIsKnown) {
   // Loose: the interval is tight enough after min_samples. Off: sampling goes on to min_seconds.
   opts_.bench_rel_error = 1e9;
+  opts_.reference_rel_error = 0;
   auto loose = MakeEvaluator();
   if (loose == nullptr) GTEST_SKIP() << "no OpenCL device";
   v1::EvaluationResult r = loose->Evaluate(Request(Cand("a", 64, 1)));
@@ -150,6 +152,12 @@ TEST_F(BenchmarkStageTest, AdaptiveSamplingStopsOnceTheMedianIsKnown) {
   for (const auto& t : r.timings()) {
     EXPECT_GT(t.candidate().samples(), opts_.min_samples) << t.size_set();
   }
+  // The reference to its own target: loose, it too stops at min_samples.
+  opts_.reference_rel_error = 1e9;
+  auto ref_loose = MakeEvaluator();
+  r = ref_loose->Evaluate(Request(Cand("a", 64, 1)));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  for (const auto& t : r.timings()) EXPECT_EQ(t.reference().samples(), opts_.min_samples) << t.size_set();
 }
 
 TEST_F(BenchmarkStageTest, ACandidateClearlySlowerThanTheBestStopsEarly) {
@@ -284,6 +292,83 @@ TEST_F(BenchmarkStageTest, TheRuntimeKernelCacheOutlivesTheWorker) {
   }
   EXPECT_GT(files, 0u);
   EXPECT_EQ(fs::status(opts_.sandbox.runtime_cache_dir + "/pocl").permissions() & fs::perms::others_all, fs::perms::none);
+}
+
+// The kernel binary cache: a kernel compiled by one sandbox is loaded from its binary by the next
+// (another Evaluator: its own sandbox), checked like any other; a damaged binary is compiled from
+// source again. PoCL on a CPU gives a binary only when told to always (it compiles a generic
+// work-group function for it), so IF_CHEAP keeps nothing here.
+TEST_F(BenchmarkStageTest, KernelBinariesAreLoadedInsteadOfCompiledAcrossSandboxes) {
+  const std::string bins = dir_.path() + "/binaries";
+  opts_.binary_cache_dir = bins;
+  opts_.binary_wanted = v1::CompileRequest::BINARY_WANTED_IF_CHEAP;
+  auto compile_stage = [](const v1::EvaluationResult& r) {
+    for (const auto& s : r.stages()) {
+      if (s.stage() == v1::STAGE_COMPILE) return s;
+    }
+    return v1::StageResult();
+  };
+  auto count = [&bins] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(bins)) n += e.path().extension() == ".bin" ? 1 : 0;
+    return n;
+  };
+  {
+    auto ev = MakeEvaluator();
+    if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+    ASSERT_EQ(ev->Evaluate(Request(Cand("a", 64, 1))).outcome(), v1::OUTCOME_OK);
+    EXPECT_EQ(count(), 0) << "PoCL on a CPU is not asked for binaries unless always";
+  }
+  opts_.binary_wanted = v1::CompileRequest::BINARY_WANTED_ALWAYS;
+  {
+    auto first = MakeEvaluator();
+    v1::EvaluationResult r = first->Evaluate(Request(Cand("a", 64, 1)));
+    ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+    EXPECT_FALSE(compile_stage(r).cache_hit());
+    EXPECT_EQ(count(), 1);
+  }
+  {
+    auto second = MakeEvaluator();
+    v1::EvaluationResult r = second->Evaluate(Request(Cand("a", 64, 1)));
+    ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+    EXPECT_TRUE(compile_stage(r).cache_hit()) << "loaded from the binary";
+    EXPECT_GT(r.speedup(), 0);
+    // A wrong kernel is judged as ever: its own binary is another key's.
+    v1::EvaluationResult wrong = second->Evaluate(Request(Cand("w", 64, 1, kWrong)));
+    EXPECT_EQ(wrong.outcome(), v1::OUTCOME_WRONG_ANSWER);
+    EXPECT_EQ(count(), 2);
+  }
+  // Damage every binary: each is a miss, compiled from source, and stored again.
+  for (const auto& e : fs::directory_iterator(bins)) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f << '!';
+  }
+  auto third = MakeEvaluator();
+  v1::EvaluationResult r = third->Evaluate(Request(Cand("a", 64, 1)));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_FALSE(compile_stage(r).cache_hit());
+  auto fourth = MakeEvaluator();
+  r = fourth->Evaluate(Request(Cand("a", 64, 1)));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  EXPECT_TRUE(compile_stage(r).cache_hit());
+}
+
+// What the coordinator needs to skip the finalists' re-measurement: each timing's median with its
+// ~95% interval around it.
+TEST_F(BenchmarkStageTest, TimingsCarryTheirMediansInterval) {
+  auto ev = MakeEvaluator();
+  if (ev == nullptr) GTEST_SKIP() << "no OpenCL device";
+  v1::EvaluationResult r = ev->Evaluate(Request(Cand("a", 64, 1)));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();
+  for (const auto& t : r.timings()) {
+    for (const v1::TimingStats& s : {t.candidate(), t.reference()}) {
+      EXPECT_GT(s.median_low_seconds(), 0) << t.size_set();
+      EXPECT_LE(s.median_low_seconds(), s.median_seconds());
+      EXPECT_GE(s.median_high_seconds(), s.median_seconds());
+      EXPECT_GE(s.median_low_seconds(), s.min_seconds());
+    }
+  }
 }
 
 }  // namespace

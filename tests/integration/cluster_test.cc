@@ -110,7 +110,7 @@ class ClusterTest : public ::testing::Test {
         absl::StrCat("server: {listen: \"127.0.0.1:0\", metrics_listen: \"127.0.0.1:0\", log_level: warn}\n"
                      "store: {kind: postgres, url: \"",
                      postgres_.Url("cluster"), "\"}\nqueue: {kind: redis, url: \"", redis_.url(),
-                     "\"}\nauth: {required: true}\njobs: {slots: 2, problems_dir: \"", problems_,
+                     "\"}\nauth: {required: true}\njobs: {slots: 2, always_remeasure: true, problems_dir: \"", problems_,
                      "\"}\nllm_proxy: {address: \"127.0.0.1:", proxy_port_, "\", token_file: \"", proxy_token_file_,
                      "\",\n  tls: {ca: \"", certs_.ca, "\", cert: \"", certs_.client_cert, "\", key: \"",
                      certs_.client_key, "\"}}\n"));

@@ -67,8 +67,9 @@ class HostileFixture : public ::testing::Test {
     return {{"outputs in shared files", evaluator_}, {"outputs in the frame", inline_evaluator_}};
   }
 
+  // `best_speedup`: the job's best so far, which the candidate is raced against (0: none).
   static v1::EvaluationResult Eval(const std::string& source, const v1::LaunchPlan* plan = nullptr,
-                                   Evaluator* evaluator = nullptr) {
+                                   Evaluator* evaluator = nullptr, double best_speedup = 0) {
     v1::Candidate c = MakeSeedCandidate(*problem_, {{Spec::kParam, Spec::kParamValue}});
     c.set_id("hostile");
     c.set_source(source);
@@ -76,6 +77,7 @@ class HostileFixture : public ::testing::Test {
     v1::EvaluationRequest req;
     *req.mutable_problem() = *problem_;
     *req.mutable_candidate() = c;
+    req.set_best_speedup(best_speedup);
     return (evaluator != nullptr ? evaluator : evaluator_)->Evaluate(req);
   }
 

@@ -109,6 +109,18 @@ extern "C" __global__ void mark() { calls += 1; }
   EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
 }
 
+// As in the OpenCL catalogue: right only where the output holds the first poison (NaN), caught by
+// the repeat run, the benchmark's last run or, when too slow to benchmark, a run of its own.
+TEST_F(HostileCudaTest, ComputesOnlyWhereTheOutputIsNaN) {
+  const std::string src = Kernel("  if (i < n && isnan(c[i])) c[i] = a[i] + b[i];");
+  for (const double best : {0.0, 1e6}) {
+    SCOPED_TRACE(best > 0 ? "too slow to benchmark" : "benchmarked");
+    v1::EvaluationResult r = Eval(src, nullptr, nullptr, best);
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+    EXPECT_EQ(r.errors().check(), "unwritten") << Json(r);
+  }
+}
+
 TEST_F(HostileCudaTest, WritesItsInputs) {
   v1::EvaluationResult r = Eval(R"k(
 extern "C" __global__ void add(float* a, const float* b, float* c, int n) {

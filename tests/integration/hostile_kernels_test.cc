@@ -140,6 +140,30 @@ launches:
   }
 }
 
+// Computes only where the output still holds the first poison (NaN): right on every run whose
+// outputs were poisoned so, wrong on the repeat run's (a large finite value). The repeat of a
+// benchmarked size set is the benchmark's last run; of a candidate too slow to be benchmarked
+// (racing against a best 10^6 times the reference), a run of its own.
+TEST_F(HostileKernelsTest, ComputesOnlyWhereTheOutputIsNaN) {
+  const std::string src = Kernel("  if (i < n && isnan(c[i])) c[i] = a[i] + b[i];");
+  for (const double best : {0.0, 1e6}) {
+    SCOPED_TRACE(best > 0 ? "too slow to benchmark" : "benchmarked");
+    for (const auto& [way, ev] : BothWays()) {
+      SCOPED_TRACE(way);
+      v1::EvaluationResult r = Eval(src, nullptr, ev, best);
+      EXPECT_EQ(r.outcome(), v1::OUTCOME_WRONG_ANSWER) << Json(r);
+      EXPECT_EQ(r.errors().check(), "unwritten") << Json(r);
+      ASSERT_GT(r.stages_size(), 0);
+      EXPECT_EQ(r.stages(r.stages_size() - 1).stage(), v1::STAGE_BENCHMARK) << Json(r);
+    }
+  }
+  // The honest kernel, raced the same way, passes (with its validation runs' time).
+  v1::EvaluationResult ok = Eval(Kernel("  if (i < n) c[i] = a[i] + b[i];"), nullptr, nullptr, 1e6);
+  EXPECT_EQ(ok.outcome(), v1::OUTCOME_OK) << Json(ok);
+  ASSERT_GT(ok.timings_size(), 0);
+  EXPECT_TRUE(ok.timings(0).raced()) << Json(ok);
+}
+
 TEST_F(HostileKernelsTest, WritesItsInputs) {
   for (const auto& [way, ev] : BothWays()) {
     SCOPED_TRACE(way);

@@ -232,8 +232,10 @@ TEST(KforgeRunTest, SmallOpenClProblem) {
   ASSERT_EQ(v.exit_code, 0) << Describe(v);
   const std::string out = dir.path() + "/out";
   const std::string db = dir.path() + "/cl.db";
+  // --always-remeasure: even finalists their benchmarks separate (the next test leaves them).
   RunResult r = RunProgram(Kforge(), {"run", dir.path() + "/scale", "--budget", "6", "--timeout", "20", "--db", db,
-                                      "--out", out, "--quiet", "--cache-dir", dir.path() + "/cache"});
+                                      "--out", out, "--quiet", "--cache-dir", dir.path() + "/cache",
+                                      "--always-remeasure"});
   if (r.exit_code == 1 && r.err.find("not available") != std::string::npos) {
     GTEST_SKIP() << "no OpenCL device: " << r.err;
   }
@@ -373,6 +375,55 @@ bool WaitForEvaluations(pid_t pid, const std::string& db, int64_t want, int* sta
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return false;
+}
+
+// A finalist its benchmark puts far below the best (60 times the work) is not re-measured: its
+// benchmark's row closes the confirmation (rounds 0); the others are re-measured unless their
+// benchmarks separate them too.
+TEST(KforgeRunTest, FinalistsTheirBenchmarksSeparateAreNotReMeasured) {
+  TempDir dir;
+  dir.Write("rep/problem.yaml", R"yaml(name: repeated-scale
+backend: opencl
+sizes: {N: 65536}
+buffers:
+  x: {dtype: f32, shape: [N], role: in}
+  y: {dtype: f32, shape: [N], role: out}
+check: {atol: 1e-6, rtol: 1e-6, trials: 1}
+reference:
+  source: k.cl
+  defines: {REP: 1}
+  launches: [{kernel: scale, global: [N], local: [64], args: [x, y, N]}]
+seed:
+  source: k.cl
+  params: {WG: [64, 128], REP: [1, 60]}
+  launches: [{kernel: scale, global: [N], local: [WG], args: [x, y, N]}]
+)yaml");
+  dir.Write("rep/k.cl", R"cl(kernel void scale(global const float* x, global float* y, int n) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  float s = 0.0f;
+  for (int r = 0; r < REP; ++r) s = 2.0f * x[i] + s * 0.0f;
+  y[i] = s;
+}
+)cl");
+  const std::string out = dir.path() + "/out";
+  RunResult r = RunProgram(Kforge(), {"run", dir.path() + "/rep", "--budget", "4", "--db", dir.path() + "/k.db",
+                                      "--out", out, "--quiet", "--cache-dir", dir.path() + "/cache"});
+  if (r.exit_code == 1 && r.err.find("not available") != std::string::npos) {
+    GTEST_SKIP() << "no OpenCL device: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  nlohmann::json rep = ReadJson(out + "/report.json");
+  const nlohmann::json& finalists = rep["job"]["confirmation"]["finalists"];
+  ASSERT_TRUE(finalists.is_array()) << rep["job"].dump();
+  ASSERT_EQ(finalists.size(), 3u) << finalists.dump();
+  const nlohmann::json& slow = finalists[2];
+  EXPECT_EQ(slow.value("rounds", 0), 0) << finalists.dump();
+  EXPECT_LT(slow["speedup"].get<double>() * 10, finalists[0]["speedup"].get<double>()) << finalists.dump();
+  EXPECT_GT(slow["speedup_high"].get<double>(), 0) << "its benchmark's interval";
+  const int first_rounds = finalists[0].value("rounds", 0);
+  EXPECT_TRUE(first_rounds == 0 || first_rounds == 9) << finalists.dump();
+  EXPECT_THAT(ReadFile(out + "/report.md"), HasSubstr("## Finalists"));
 }
 
 TEST(KforgeRunTest, ResumeAfterKillNine) {

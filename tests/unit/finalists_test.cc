@@ -3,6 +3,7 @@
 
 #include "services/coordinator/finalists.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,51 @@ class FinalistsTest : public ::testing::Test {
     r.set_worker_id("w7");
     for (const auto& t : timings) *r.mutable_confirmation()->add_finalists() = t;
     return r;
+  }
+
+  // One size set's timing: the candidate's median in [low, high] ms over `samples`, against a
+  // reference of 10 ms in [ref_low, ref_high].
+  static v1::SizeSetTiming SetTiming(const std::string& set, double low, double median, double high, int samples = 20,
+                                     double ref_low = 9.9, double ref_high = 10.1) {
+    v1::SizeSetTiming t;
+    t.set_size_set(set);
+    v1::TimingStats* c = t.mutable_candidate();
+    c->set_median_seconds(median * 1e-3);
+    c->set_median_low_seconds(low * 1e-3);
+    c->set_median_high_seconds(high * 1e-3);
+    c->set_p20_seconds(low * 1e-3);
+    c->set_p80_seconds(high * 1e-3);
+    c->set_min_seconds(low * 0.99e-3);
+    c->set_samples(samples);
+    v1::TimingStats* r = t.mutable_reference();
+    r->set_median_seconds(10e-3);
+    r->set_median_low_seconds(ref_low * 1e-3);
+    r->set_median_high_seconds(ref_high * 1e-3);
+    r->set_p20_seconds(ref_low * 1e-3);
+    r->set_p80_seconds(ref_high * 1e-3);
+    r->set_samples(20);
+    t.set_speedup(10 / median);
+    return t;
+  }
+  // An ok candidate benchmarked by `worker` on the device class "opencl:cpu".
+  void AddTimed(const std::string& id, const std::vector<v1::SizeSetTiming>& timings, const std::string& worker = "w1") {
+    v1::Candidate c;
+    c.set_id(id);
+    c.set_job_id("job");
+    c.set_sequence(next_sequence_++);
+    v1::EvaluationResult r;
+    r.set_job_id("job");
+    r.set_candidate_id(id);
+    r.set_outcome(v1::OUTCOME_OK);
+    r.set_worker_id(worker);
+    r.mutable_device()->set_device_class("opencl:cpu");
+    double log_sum = 0;
+    for (const auto& t : timings) {
+      *r.add_timings() = t;
+      log_sum += std::log(t.speedup());
+    }
+    r.set_speedup(std::exp(log_sum / static_cast<double>(timings.size())));
+    engine_.Ingest(c, r);
   }
 
   EvolutionEngine engine_{7, EngineOptions{}};
@@ -181,6 +227,105 @@ TEST_F(BorrowedTest, FinalistsFromSeveralJobsHaveNoOneEarlierJob) {
   EXPECT_EQ(ReusedFromOneJob(Members({"x", "seed"})), "");
   EXPECT_EQ(ReusedFromOneJob(Members({"seed"})), "");
   EXPECT_EQ(ReusedFromOneJob({}), "");
+}
+
+// Finalists whose own benchmarks (one worker, one timing of the reference) already rank the best
+// beyond their intervals need no re-measurement: the confirmation says so, with rounds 0.
+TEST_F(FinalistsTest, BenchmarksThatSeparateTheBestConfirmItWithoutAReMeasurement) {
+  AddTimed("best", {SetTiming("default", 1.00, 1.01, 1.02)});
+  AddTimed("next", {SetTiming("default", 1.10, 1.12, 1.15)});
+  AddTimed("slow", {SetTiming("default", 4.0, 4.1, 4.3, /*samples=*/3)});  // raced: few samples
+  std::optional<ConfirmationOutcome> c = BenchmarkConfirmation(Members({"best", "next", "slow"}), 40);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->best, "best");
+  const v1::Confirmation& conf = c->confirmation;
+  EXPECT_TRUE(conf.separated());
+  EXPECT_EQ(conf.evaluations(), 40);
+  EXPECT_EQ(conf.worker_id(), "w1");
+  EXPECT_THAT(conf.note(), HasSubstr("not re-measured"));
+  ASSERT_EQ(conf.finalists_size(), 3);
+  const v1::FinalistTiming& first = conf.finalists(0);
+  EXPECT_EQ(first.candidate_id(), "best");
+  EXPECT_EQ(first.rounds(), 0);
+  EXPECT_EQ(first.outcome(), v1::OUTCOME_OK);
+  // The reported interval holds the reference's noise too: 9.9 / 1.02 to 10.1 / 1.00.
+  EXPECT_NEAR(first.speedup_low(), 9.9 / 1.02, 1e-9);
+  EXPECT_NEAR(first.speedup_high(), 10.1 / 1.00, 1e-9);
+  EXPECT_NEAR(first.speedup(), 10 / 1.01, 1e-9);
+  EXPECT_EQ(conf.finalists(1).candidate_id(), "next");
+}
+
+TEST_F(FinalistsTest, OverlappingBenchmarksLeaveItToTheReMeasurement) {
+  AddTimed("best", {SetTiming("default", 1.00, 1.01, 1.06)});
+  AddTimed("next", {SetTiming("default", 1.05, 1.07, 1.10)});
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "next"}), 40).has_value());
+}
+
+// Timed against different timings of the reference (another worker), the reference's own interval
+// counts: a gap the candidates' intervals alone would call separated is not enough.
+TEST_F(FinalistsTest, AnotherWorkersReferenceTimingWidensTheIntervals) {
+  AddTimed("best", {SetTiming("default", 1.00, 1.01, 1.02, 20, 9.5, 10.5)});
+  AddTimed("next", {SetTiming("default", 1.04, 1.05, 1.06, 20, 9.5, 10.5)}, "w2");
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "next"}), 40).has_value());
+  AddTimed("far", {SetTiming("default", 1.40, 1.42, 1.45, 20, 9.5, 10.5)}, "w2");
+  EXPECT_TRUE(BenchmarkConfirmation(Members({"best", "far"}), 40).has_value());
+  // A gap that another worker's reference timing hides separates against the same worker's same
+  // reference timing, once it is wider than the 5% allowed for drift.
+  AddTimed("near", {SetTiming("default", 1.08, 1.09, 1.10, 20, 9.5, 10.5)}, "w2");
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "near"}), 40).has_value());
+  AddTimed("near-here", {SetTiming("default", 1.08, 1.09, 1.10, 20, 9.5, 10.5)});
+  EXPECT_TRUE(BenchmarkConfirmation(Members({"best", "near-here"}), 40).has_value());
+  AddTimed("within-drift", {SetTiming("default", 1.04, 1.05, 1.06, 20, 9.5, 10.5)});
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "within-drift"}), 40).has_value());
+}
+
+// What still needs the side-by-side rounds: the best and those its benchmark does not already
+// beat; a finalist's row as its benchmark timed it.
+TEST_F(FinalistsTest, ContendersAreTheBestAndWhatItsBenchmarkDoesNotBeat) {
+  AddTimed("best", {SetTiming("default", 1.00, 1.01, 1.04)});
+  AddTimed("close", {SetTiming("default", 1.02, 1.03, 1.05)});
+  AddTimed("far", {SetTiming("default", 2.0, 2.1, 2.2)});
+  std::vector<const Member*> c = Contenders(Members({"best", "close", "far"}));
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0]->candidate.id(), "best");
+  EXPECT_EQ(c[1]->candidate.id(), "close");
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "close", "far"}), 9).has_value());
+  // Without intervals nothing is settled.
+  Add("plain", 0.5);
+  EXPECT_EQ(Contenders(Members({"best", "far", "plain"})).size(), 3u);
+  const v1::FinalistTiming row = BenchmarkedFinalist(*engine_.Find("far"));
+  EXPECT_EQ(row.candidate_id(), "far");
+  EXPECT_EQ(row.rounds(), 0);
+  EXPECT_NEAR(row.speedup_low(), 9.9 / 2.2, 1e-9);
+  EXPECT_NEAR(row.speedup_high(), 10.1 / 2.0, 1e-9);
+}
+
+TEST_F(FinalistsTest, WhatCannotSeparateDoesNot) {
+  AddTimed("best", {SetTiming("default", 1.00, 1.01, 1.02), SetTiming("large", 2.0, 2.02, 2.04)});
+  // Slower on one size set only.
+  AddTimed("mixed", {SetTiming("default", 1.2, 1.21, 1.22), SetTiming("large", 2.0, 2.03, 2.05)});
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "mixed"}), 9).has_value());
+  // Not timed on a size set the best was timed on.
+  AddTimed("partial", {SetTiming("default", 1.5, 1.51, 1.52)});
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "partial"}), 9).has_value());
+  // A result without intervals (an older worker).
+  v1::SizeSetTiming old = SetTiming("default", 1.5, 1.51, 1.52);
+  old.mutable_candidate()->clear_median_low_seconds();
+  old.mutable_candidate()->clear_median_high_seconds();
+  v1::SizeSetTiming old_large = SetTiming("large", 3.0, 3.01, 3.02);
+  old_large.mutable_candidate()->clear_median_low_seconds();
+  AddTimed("old", {old, old_large});
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "old"}), 9).has_value());
+  // One finalist has nothing to be separated from.
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best"}), 9).has_value());
+  // A best of a few samples: its range is no interval to stand on.
+  AddTimed("few", {SetTiming("default", 0.5, 0.51, 0.52, 4), SetTiming("large", 1.0, 1.01, 1.02, 4)});
+  AddTimed("far", {SetTiming("default", 3.0, 3.1, 3.2), SetTiming("large", 6.0, 6.1, 6.2)});
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"few", "far"}), 9).has_value());
+  EXPECT_TRUE(BenchmarkConfirmation(Members({"best", "far"}), 9).has_value());
+  // Reused from another job (its confirmation is borrowed instead), or another device.
+  Add("reused", 0.5, "job-old", "c9");
+  EXPECT_FALSE(BenchmarkConfirmation(Members({"best", "reused"}), 9).has_value());
 }
 
 }  // namespace
