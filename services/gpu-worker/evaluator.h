@@ -43,7 +43,7 @@ struct EvaluatorOptions {
   // Folders a replay problem's cache may be read from (after resolving links); nullopt = any
   // (the embedded run reads its user's own files), empty = none.
   std::optional<std::vector<std::string>> replay_roots;
-  int warmup = 2;
+  int warmup = 2;  // warm-up runs before the samples (a candidate's: 1 at most, see CandidateSampling)
   int min_samples = 10;
   int max_samples = 200;
   double min_bench_seconds = 0.25;  // device time per size set and kernel

@@ -197,6 +197,9 @@ double Evaluator::Run::ReferenceRunSeconds(int set) const {
 Evaluator::Run::Sampling Evaluator::Run::CandidateSampling() const {
   Sampling s = ReferenceSampling();
   s.target_rel_error = ev_.options_.bench_rel_error;
+  // The candidate's validation runs, on the same input sets, have just warmed its code: one
+  // warm-up run re-warms the data.
+  s.warmup = std::min(s.warmup, 1);
   return s;
 }
 

@@ -64,8 +64,9 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     return;
   }
   // A round's sampling of the reference, which normalises the finalists' times of that round:
-  // about the device time the finalists take in it (3 samples at least, confirm_samples at most),
-  // so that a reference much slower than the kernels it judges does not dominate the rounds.
+  // about the device time the finalists take in it (2 samples at least, confirm_samples at most:
+  // the reference's noise is the smallest in a round), so that a reference much slower than the
+  // kernels it judges does not dominate the rounds.
   auto reference_sampling = [&](const Run& ref_run, int set) {
     Run::Sampling s = ref_run.RoundSampling(set, /*reference=*/true);
     double finalists = 0;  // one run of each
@@ -76,7 +77,7 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     if (finalists <= 0 || ref <= 0) return s;
     const int fit =
         static_cast<int>(std::ceil(finalists * ref_run.RoundSampling(set, /*reference=*/false).max_samples / ref));
-    s.max_samples = s.min_samples = std::clamp(fit, std::min(3, s.max_samples), s.max_samples);
+    s.max_samples = s.min_samples = std::clamp(fit, std::min(2, s.max_samples), s.max_samples);
     return s;
   };
   std::vector<int> bench_sets;

@@ -20,17 +20,25 @@ class FinalistsTest : public ::testing::Test {
  protected:
   void Add(const std::string& id, double speedup, const std::string& reused_from_job = "",
            const std::string& reused_from_candidate = "") {
-    v1::Candidate c;
-    c.set_id(id);
-    c.set_job_id("job");
-    c.set_sequence(next_sequence_++);
+    v1::EvaluationResult r = OkResult(id);
+    r.set_speedup(speedup);
+    r.set_reused_from_job(reused_from_job);
+    r.set_reused_from_candidate(reused_from_candidate);
+    Ingest(id, r);
+  }
+  static v1::EvaluationResult OkResult(const std::string& id) {
     v1::EvaluationResult r;
     r.set_job_id("job");
     r.set_candidate_id(id);
     r.set_outcome(v1::OUTCOME_OK);
-    r.set_speedup(speedup);
-    r.set_reused_from_job(reused_from_job);
-    r.set_reused_from_candidate(reused_from_candidate);
+    return r;
+  }
+  // The next candidate of the job, evaluated so.
+  void Ingest(const std::string& id, const v1::EvaluationResult& r) {
+    v1::Candidate c;
+    c.set_id(id);
+    c.set_job_id("job");
+    c.set_sequence(next_sequence_++);
     engine_.Ingest(c, r);
   }
   std::vector<const Member*> Members(const std::vector<std::string>& ids) const {
@@ -81,14 +89,7 @@ class FinalistsTest : public ::testing::Test {
   }
   // An ok candidate benchmarked by `worker` on the device class "opencl:cpu".
   void AddTimed(const std::string& id, const std::vector<v1::SizeSetTiming>& timings, const std::string& worker = "w1") {
-    v1::Candidate c;
-    c.set_id(id);
-    c.set_job_id("job");
-    c.set_sequence(next_sequence_++);
-    v1::EvaluationResult r;
-    r.set_job_id("job");
-    r.set_candidate_id(id);
-    r.set_outcome(v1::OUTCOME_OK);
+    v1::EvaluationResult r = OkResult(id);
     r.set_worker_id(worker);
     r.mutable_device()->set_device_class("opencl:cpu");
     double log_sum = 0;
@@ -97,7 +98,7 @@ class FinalistsTest : public ::testing::Test {
       log_sum += std::log(t.speedup());
     }
     r.set_speedup(std::exp(log_sum / static_cast<double>(timings.size())));
-    engine_.Ingest(c, r);
+    Ingest(id, r);
   }
 
   EvolutionEngine engine_{7, EngineOptions{}};
