@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-GPU check (issue: CUDA backend end to end on an H200). Runs on the GPU machine from the
 # repository root, with .devcarry made by scripts/gpu-pack.sh; writes everything under $OUT.
-# Budget: about 2 minutes on an H200 (8 at most, by the timeouts). The device tool returns at
+# Budget: about 2.5 minutes on an H200 (11 at most, by the timeouts). The device tool returns at
 # most 8 files, so the reports are written to a work folder and packed into $OUT/gpu-check.tgz
 # (summary.txt is also returned on its own).
 set -u
@@ -46,6 +46,14 @@ for ex in sgemm matmul softmax; do
       > "$OUT/run-$ex.txt" 2>&1
   tail -3 "$OUT/run-$ex.txt" | tee -a "$OUT/summary.txt"
 done
+
+log "kernel binary cache: a CUDA re-tune loads the cubins the first run built (compile stage, first vs --fresh)"
+for pass in first fresh; do
+  timeout 90 "$K" run examples/cuda/matmul --budget 12 --workers 1 --db "$OUT/bincache.db" --out "$OUT/bincache-$pass" \
+      --cache-dir "$OUT/bincache" $([ "$pass" = fresh ] && echo --fresh) > "$OUT/bincache-$pass.txt" 2>&1
+  grep -E '^\| compile ' "$OUT/bincache-$pass/report.md" 2>/dev/null | sed "s/^/$pass: /" | tee -a "$OUT/summary.txt"
+done
+echo "binaries cached: $(ls "$OUT/bincache/binaries" 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
 
 log "NVRTC vs nvcc compile latency"
 timeout 60 "$C/build/bench/kforge-bench-compile" --reps 3 > "$OUT/compile.txt" 2>&1; tail -3 "$OUT/compile.txt" >> "$OUT/summary.txt"
