@@ -2,7 +2,8 @@
 // recorded tuning spaces (Kernel Tuner caches, replay backend), against random search without
 // replacement measured in the same run with the same seeds.
 //
-//   kforge-bench-search --cache FILE... [--budget 50,100,200] [--seeds 20] [--json]
+//   kforge-bench-search --cache FILE... [--history FILE... [--history-first N]] [--budget 50,100,200]
+//                       [--seeds 20] [--json]
 //                       [--screen N] [--screen-oracle FRACTION] [engine options]
 //                       [--slots N [--as-arrive [--ready M]]]
 //
@@ -11,12 +12,19 @@
 // M candidates stored ahead (JobRunnerOptions::ready_candidates): what the search pays for seeing
 // its results later.
 //
+// --history FILE...: the same kernel recorded on other devices (or shapes), as the fleet's
+// earlier jobs; a file never serves as its own history. Their configurations, ranked by their mean
+// relative rank over those files (a 2x faster GPU does not outweigh a slower one), are proposed
+// first (--history-first N, default a third of the budget), then the search goes on as usual.
+//
 // Quality of a run = optimum time in the file / best time found within the budget (1.0 = found
 // the optimum). Both searches draw only configurations the file records as valid; failures
 // recorded in the file (compile / runtime) cost an evaluation like any other.
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -26,6 +34,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/clock.h"
@@ -45,6 +54,77 @@ using namespace kforge;
 
 namespace {
 
+// Proposes the ranked history configurations first (valid here and unseen), one a call, then
+// leaves the proposals to the inner mutator.
+class HistoryFirstMutator final : public Mutator {
+ public:
+  HistoryFirstMutator(Mutator& inner, const std::vector<ParamAssignment>* ranked, int max, ValidityFn valid)
+      : inner_(inner), ranked_(ranked), max_(max), valid_(std::move(valid)) {}
+  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& req, const SeenFn& seen) override {
+    while (used_ < max_ && ranked_ != nullptr && next_ < ranked_->size() && !req.parents().empty()) {
+      const ParamAssignment& a = (*ranked_)[next_++];
+      if (!valid_(a)) continue;
+      v1::Candidate c = llm::WithParams(req.parents(0).candidate(), a, nullptr);
+      if (seen(c.content_hash())) continue;
+      c.set_note("history");
+      ++used_;
+      v1::MutateResponse resp;
+      *resp.add_children() = std::move(c);
+      return resp;
+    }
+    return inner_.Mutate(req, seen);
+  }
+
+ private:
+  Mutator& inner_;
+  const std::vector<ParamAssignment>* ranked_;
+  const int max_;
+  ValidityFn valid_;
+  int used_ = 0;
+  size_t next_ = 0;
+};
+
+// The history's configurations by their mean relative rank (0 = fastest) over the files that
+// recorded them ok; one a file failed ranks last there.
+std::vector<ParamAssignment> RankHistory(const std::vector<const KtCache*>& history) {
+  std::map<std::string, std::pair<double, int>> score;  // key -> (sum of relative ranks, files)
+  std::map<std::string, ParamAssignment> assignment;
+  for (const KtCache* h : history) {
+    std::vector<std::pair<double, std::string>> ok;
+    for (const auto& [key, e] : h->entries) {
+      if (e.ok) ok.emplace_back(e.time_ms, key);
+    }
+    std::sort(ok.begin(), ok.end());
+    std::map<std::string, double> rel;
+    for (size_t i = 0; i < ok.size(); ++i) rel[ok[i].second] = ok.size() > 1 ? static_cast<double>(i) / (ok.size() - 1) : 0;
+    for (const auto& [key, e] : h->entries) {
+      if (!e.recorded()) continue;
+      auto& [sum, n] = score[key];
+      auto it = rel.find(key);
+      sum += it != rel.end() ? it->second : 1.0;
+      ++n;
+      if (!assignment.contains(key)) {
+        ParamAssignment a;
+        std::vector<absl::string_view> vals = absl::StrSplit(key, ',');
+        for (size_t k = 0; k < h->keys.size() && k < vals.size(); ++k) {
+          int64_t v = 0;
+          if (absl::SimpleAtoi(vals[k], &v)) a[h->keys[k]] = v;
+        }
+        assignment[key] = std::move(a);
+      }
+    }
+  }
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [key, sn] : score) order.emplace_back(sn.first / sn.second, key);
+  std::sort(order.begin(), order.end());
+  std::vector<ParamAssignment> out;
+  for (const auto& [s, key] : order) out.push_back(assignment[key]);
+  return out;
+}
+
+const std::vector<ParamAssignment>* g_history = nullptr;
+int g_history_first = -1;  // -1: a third of the budget
+
 struct RunOutcome {
   double quality = 0;
   int64_t evaluations = 0;
@@ -62,7 +142,9 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   MemoryStore store;
   MemoryWorkQueue queue(clock, 3600);
   auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
-  llm::ParametricMutator mutator({}, validity);
+  llm::ParametricMutator parametric({}, validity);
+  HistoryFirstMutator mutator(parametric, g_history,
+                              g_history_first >= 0 ? g_history_first : static_cast<int>(budget / 3), validity);
   coordinator::JobRunnerOptions options = g_pipeline;
   std::atomic<int64_t> evaluations{0};
   if (g_screen_oracle_from >= 0) {
@@ -141,6 +223,11 @@ int main(int argc, char** argv) {
   int seeds = 20;
   bool json = false;
   app.add_option("--cache", caches, "Kernel Tuner cache files (.json or .json.gz)")->required();
+  std::vector<std::string> history_files;
+  app.add_option("--history", history_files,
+                 "the same kernel recorded on other devices or shapes (Kernel Tuner caches), as the fleet's "
+                 "earlier jobs: their configurations by mean rank are proposed first");
+  app.add_option("--history-first", g_history_first, "history proposals per run (default: a third of the budget)");
   app.add_option("--budget", budgets_text, "comma-separated evaluation budgets");
   app.add_option("--seeds", seeds, "runs per file and budget");
   app.add_flag("--json", json, "print JSON instead of a table");
@@ -198,6 +285,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     const double optimum = *cache->OptimumMs();
+    // The history of this file: every other --history file (never itself).
+    std::vector<KtCache> loaded;
+    for (const auto& h : history_files) {
+      if (std::filesystem::weakly_canonical(h) == std::filesystem::weakly_canonical(path)) continue;
+      auto hc = LoadKtCache(h);
+      if (!hc.ok()) {
+        std::cerr << h << ": " << hc.status().message() << "\n";
+        return 2;
+      }
+      loaded.push_back(*std::move(hc));
+    }
+    std::vector<const KtCache*> history;
+    for (const auto& h : loaded) history.push_back(&h);
+    const std::vector<ParamAssignment> ranked = RankHistory(history);
+    g_history = history.empty() ? nullptr : &ranked;
     std::vector<const KtEntry*> valid;
     for (const auto& [k, e] : cache->entries) {
       if (e.recorded()) valid.push_back(&e);
