@@ -15,7 +15,8 @@
 // --history FILE...: the same kernel recorded on other devices (or shapes), as the fleet's
 // earlier jobs; a file never serves as its own history. Their configurations, ranked by their mean
 // relative rank over those files (a 2x faster GPU does not outweigh a slower one), are proposed
-// first (--history-first N, default a third of the budget), then the search goes on as usual.
+// first (--history-first N, default a third of the budget), then the search goes on as usual;
+// --history-screen F: the history ranks the surrogate's children until that fraction of the budget.
 //
 // Quality of a run = optimum time in the file / best time found within the budget (1.0 = found
 // the optimum). Both searches draw only configurations the file records as valid; failures
@@ -86,7 +87,8 @@ class HistoryFirstMutator final : public Mutator {
 
 // The history's configurations by their mean relative rank (0 = fastest) over the files that
 // recorded them ok; one a file failed ranks last there.
-std::vector<ParamAssignment> RankHistory(const std::vector<const KtCache*>& history) {
+std::vector<ParamAssignment> RankHistory(const std::vector<const KtCache*>& history,
+                                         std::map<std::string, double>* mean_rank) {
   std::map<std::string, std::pair<double, int>> score;  // key -> (sum of relative ranks, files)
   std::map<std::string, ParamAssignment> assignment;
   for (const KtCache* h : history) {
@@ -115,7 +117,10 @@ std::vector<ParamAssignment> RankHistory(const std::vector<const KtCache*>& hist
     }
   }
   std::vector<std::pair<double, std::string>> order;
-  for (const auto& [key, sn] : score) order.emplace_back(sn.first / sn.second, key);
+  for (const auto& [key, sn] : score) {
+    order.emplace_back(sn.first / sn.second, key);
+    (*mean_rank)[key] = sn.first / sn.second;
+  }
   std::sort(order.begin(), order.end());
   std::vector<ParamAssignment> out;
   for (const auto& [s, key] : order) out.push_back(assignment[key]);
@@ -124,6 +129,10 @@ std::vector<ParamAssignment> RankHistory(const std::vector<const KtCache*>& hist
 
 const std::vector<ParamAssignment>* g_history = nullptr;
 int g_history_first = -1;  // -1: a third of the budget
+// The history's mean relative rank by configuration key (see RankHistory), and until which
+// fraction of the budget the screener ranks children by it (-1: never).
+const std::map<std::string, double>* g_history_rank = nullptr;
+double g_history_screen = -1;
 
 struct RunOutcome {
   double quality = 0;
@@ -147,7 +156,18 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
                               g_history_first >= 0 ? g_history_first : static_cast<int>(budget / 3), validity);
   coordinator::JobRunnerOptions options = g_pipeline;
   std::atomic<int64_t> evaluations{0};
-  if (g_screen_oracle_from >= 0) {
+  if (g_history_screen >= 0 && g_history_rank != nullptr) {
+    const auto until = static_cast<int64_t>(std::ceil(g_history_screen * static_cast<double>(budget)));
+    options.screen_oracle = [&cache, &evaluations, until](const v1::Candidate& c) -> std::optional<double> {
+      if (evaluations.load() >= until) return std::nullopt;  // the surrogate screens from here
+      const ParamAssignment a(c.params().begin(), c.params().end());
+      std::string key;
+      for (const auto& k : cache.keys) absl::StrAppend(&key, key.empty() ? "" : ",", a.contains(k) ? a.at(k) : 0);
+      auto it = g_history_rank->find(key);
+      if (it == g_history_rank->end()) return std::nullopt;
+      return it->second;
+    };
+  } else if (g_screen_oracle_from >= 0) {
     const auto from =
         static_cast<int64_t>(std::ceil(g_screen_oracle_from * static_cast<double>(budget)));
     options.screen_oracle = [&cache, &evaluations,
@@ -228,6 +248,10 @@ int main(int argc, char** argv) {
                  "the same kernel recorded on other devices or shapes (Kernel Tuner caches), as the fleet's "
                  "earlier jobs: their configurations by mean rank are proposed first");
   app.add_option("--history-first", g_history_first, "history proposals per run (default: a third of the budget)");
+  app.add_option("--history-screen", g_history_screen,
+                 "the surrogate's screening of children ranks them by the history instead until this fraction "
+                 "of the budget is spent (default: never)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--budget", budgets_text, "comma-separated evaluation budgets");
   app.add_option("--seeds", seeds, "runs per file and budget");
   app.add_flag("--json", json, "print JSON instead of a table");
@@ -298,8 +322,10 @@ int main(int argc, char** argv) {
     }
     std::vector<const KtCache*> history;
     for (const auto& h : loaded) history.push_back(&h);
-    const std::vector<ParamAssignment> ranked = RankHistory(history);
+    std::map<std::string, double> mean_rank;
+    const std::vector<ParamAssignment> ranked = RankHistory(history, &mean_rank);
     g_history = history.empty() ? nullptr : &ranked;
+    g_history_rank = history.empty() ? nullptr : &mean_rank;
     std::vector<const KtEntry*> valid;
     for (const auto& [k, e] : cache->entries) {
       if (e.recorded()) valid.push_back(&e);
