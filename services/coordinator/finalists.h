@@ -48,8 +48,9 @@ struct ConfirmationOutcome {
 // the first, and every other its own benchmark does not already put below the first beyond the
 // ~95% intervals of their medians, and 5% more for drift between the two benchmarks, on every
 // bench size set (against one worker's same timing of the reference, the candidates' time
-// intervals; else each speedup's interval with the reference's interval in it). All of them when an evaluation lacks the intervals (an older worker), was
-// reused, or ran on another device than the first.
+// intervals; else each speedup's interval with the reference's interval in it). All of them when
+// an evaluation failed, was reused, or ran on another device than the first; a finalist whose
+// timings lack the intervals (an older worker) stays in, and all do when the first's lack them.
 [[nodiscard]] std::vector<const Member*> Contenders(const std::vector<const Member*>& finalists);
 
 // A finalist's row as its benchmark timed it (rounds 0): the speedup's interval with the

@@ -311,28 +311,23 @@ absl::Status JobDriver::MaybeConfirm() {
     return absl::OkStatus();
   }
   // Their own benchmarks may already rank the best beyond noise: then a re-measurement (about a
-  // second of device time per job on PoCL) would only repeat what they say. Those a benchmark
-  // puts below the best are left out of it (they keep their benchmark's row).
-  std::optional<ConfirmationOutcome> own;
-  if (!options_.always_remeasure) own = BenchmarkConfirmation(top, ingested_count_);
-  const std::vector<const Member*> contenders = options_.always_remeasure ? top : Contenders(top);
-  if (own.has_value()) {
-    confirmed_best_ = std::move(own->best);
-    *job_.mutable_confirmation() = std::move(own->confirmation);
-    confirmed_ = final;
-    log_->info("job={} finalists={} separated by their own benchmarks: not re-measured", job_id_, top.size());
-    busy_ = true;
-    return absl::OkStatus();
-  }
+  // second of device time per job on PoCL) would only repeat what they say, and the best alone is
+  // validated once more by one worker (one round), as a re-measurement would have. Those a
+  // benchmark puts below the best are left out of it (they keep their benchmark's row).
+  benchmark_confirmation_.reset();
+  if (!options_.always_remeasure) benchmark_confirmation_ = BenchmarkConfirmation(top, ingested_count_);
+  std::vector<const Member*> contenders = options_.always_remeasure ? top : Contenders(top);
+  if (benchmark_confirmation_.has_value()) contenders = {top.front()};
   // The candidate only names the request (see ConfirmRequest).
   v1::Candidate name;
   name.set_id(ConfirmationName(job_id_, ingested_count_, final));
   v1::EvaluationRequest req = RequestFor(name);
-  req.mutable_confirm()->set_rounds(options_.confirm_rounds);
+  req.mutable_confirm()->set_rounds(benchmark_confirmation_.has_value() ? 1 : options_.confirm_rounds);
   for (const Member* m : contenders) *req.mutable_confirm()->add_finalists() = m->candidate;
   confirm_settled_.clear();
   for (const Member* m : top) {
-    if (std::find(contenders.begin(), contenders.end(), m) == contenders.end()) {
+    if (!benchmark_confirmation_.has_value() &&
+        std::find(contenders.begin(), contenders.end(), m) == contenders.end()) {
       confirm_settled_.push_back(m->candidate.id());
     }
   }
@@ -364,6 +359,18 @@ bool JobDriver::ReuseConfirmation(const std::vector<const Member*>& finalists) {
 }
 
 void JobDriver::ApplyConfirmation(const v1::EvaluationResult& r, bool final) {
+  // The best validated again after its benchmark separated the finalists: their benchmarks' word
+  // stands. Failed again: what the worker found is the word, as for any re-measurement.
+  if (std::optional<ConfirmationOutcome> own = std::exchange(benchmark_confirmation_, std::nullopt);
+      own.has_value() && r.outcome() == v1::OUTCOME_OK && r.confirmation().finalists_size() > 0 &&
+      r.confirmation().finalists(0).outcome() == v1::OUTCOME_OK) {
+    confirmed_best_ = std::move(own->best);
+    *job_.mutable_confirmation() = std::move(own->confirmation);
+    job_.mutable_confirmation()->set_worker_id(r.worker_id());
+    log_->info("job={} finalists separated by their own benchmarks, the best validated again: not re-measured",
+               job_id_);
+    return;
+  }
   std::optional<ConfirmationOutcome> applied =
       ConfirmationFrom(r, final, confirm_sent_at_, *engine_);
   if (!applied.has_value()) {  // a checkpoint's: the last good one stands, the end tries again

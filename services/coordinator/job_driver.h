@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "common/store/store.h"
 #include "kforge/v1/job.pb.h"
 #include "services/coordinator/evolution_engine.h"
+#include "services/coordinator/finalists.h"
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/screener.h"
 
@@ -264,6 +266,9 @@ class JobDriver {
   int64_t confirm_sent_at_ = 0;  // the job's evaluations when it was sent
   // Finalists left out of it: their benchmarks put them below the best (see Contenders).
   std::vector<std::string> confirm_settled_;
+  // When their benchmarks separated them all: the confirmation they make, applied once the best
+  // has been validated again (the request then holds the best alone, one round).
+  std::optional<ConfirmationOutcome> benchmark_confirmation_;
   bool confirmed_ = false;
   int64_t next_confirm_at_ = 0;  // the next checkpoint (evaluations); 0 = not worked out yet
   std::string confirmed_best_;  // the candidate the re-measurement ranked first

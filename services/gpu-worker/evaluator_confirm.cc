@@ -75,9 +75,9 @@ void Evaluator::ConfirmOnce(const v1::EvaluationRequest& req, const std::string&
     }
     const double ref = ref_run.ReferenceRunSeconds(set);
     if (finalists <= 0 || ref <= 0) return s;
-    const int fit =
-        static_cast<int>(std::ceil(finalists * ref_run.RoundSampling(set, /*reference=*/false).max_samples / ref));
-    s.max_samples = s.min_samples = std::clamp(fit, std::min(2, s.max_samples), s.max_samples);
+    const double fit = std::ceil(finalists * ref_run.RoundSampling(set, /*reference=*/false).max_samples / ref);
+    s.max_samples = s.min_samples = static_cast<int>(
+        std::clamp(fit, static_cast<double>(std::min(2, s.max_samples)), static_cast<double>(s.max_samples)));
     return s;
   };
   std::vector<int> bench_sets;

@@ -374,11 +374,9 @@ bool Evaluator::Run::Prepare() {
       const v1::DeviceInfo& d = hello->device();
       binary_key = CompileCacheKey(*c, absl::StrCat(BackendName(p_.backend()), "|", d.name(), "|", d.arch(), "|",
                                                     d.driver_version(), "|", hello->compiler_version()));
-      if (std::optional<std::string> binary = ev_.binaries_->Get(binary_key)) {
-        c->set_binary(*std::move(binary));
-      } else {
-        c->set_want_binary(ev_.options_.binary_wanted);
-      }
+      if (std::optional<std::string> binary = ev_.binaries_->Get(binary_key)) c->set_binary(*std::move(binary));
+      // A binary the runtime refuses (another driver) is compiled from source: its build replaces it.
+      c->set_want_binary(ev_.options_.binary_wanted);
     }
     auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
     if (r.status != Sandbox::CallStatus::kOk) {

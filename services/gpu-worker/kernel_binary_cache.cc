@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -100,7 +101,14 @@ void KernelBinaryCache::Trim() {
   std::vector<Entry> entries;
   int64_t total = 0;
   std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
   for (auto it = fs::directory_iterator(dir_, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().find(".bin.tmp.") != std::string::npos) {
+      // A write that a killed process left behind (one in progress is seconds old).
+      std::error_code e1;
+      if (now - it->last_write_time(e1) > std::chrono::minutes(10) && !e1) fs::remove(it->path(), e1);
+      continue;
+    }
     if (it->path().extension() != ".bin") continue;
     std::error_code e2;
     const auto size = static_cast<int64_t>(it->file_size(e2));

@@ -3,8 +3,11 @@
 // The worker's kernel binary cache: what a device runtime built from a compile request (a CUDA
 // cubin, an OpenCL program binary), on disk under a key of the request and the device, so that
 // the same kernel compiled again (a re-tune, another sandbox of the worker, after a restart) is
-// loaded instead of compiled. The worker writes it, never a sandbox: a sandbox only gets the bytes
-// of the request it was sent, so a compromised one cannot plant a binary under another key.
+// loaded instead of compiled. The worker writes it and the sandboxes cannot reach the folder, but
+// the bytes come from a sandbox, which compiles every job's candidates in turn: one that a
+// kernel or compiler exploit took over could answer a later request with a forged binary, and the
+// cache would keep it past that sandbox's life. So it is for one user's runs (`kforge run`, `kforge
+// eval`) and, opted in (compile_cache.binaries), for a fleet whose tenants trust each other.
 //
 // A file holds a header (format, key, size and SHA-256 of the bytes) and the bytes; one that does
 // not match is a miss and goes. Writes go to a temporary file renamed into place, so readers never

@@ -64,8 +64,11 @@ int main(int argc, char** argv) {
   eval_opts.sandbox.require_jail = opts.require_jail;
   eval_opts.sandbox.run_as_uid = opts.run_as_uid;
   eval_opts.sandbox.runtime_cache_dir = opts.compile_cache_dir;
-  // The worker's own (the sandboxes get the runtimes' subfolders, never this one).
-  if (!opts.compile_cache_dir.empty()) eval_opts.binary_cache_dir = opts.compile_cache_dir + "/binaries";
+  // The worker's own (the sandboxes get the runtimes' subfolders, never this one); opt-in, see
+  // compile_cache.binaries.
+  if (!opts.compile_cache_dir.empty() && opts.kernel_binaries) {
+    eval_opts.binary_cache_dir = opts.compile_cache_dir + "/binaries";
+  }
   eval_opts.bench_rel_error = opts.bench_rel_error;
   eval_opts.reference_rel_error = opts.reference_rel_error;
   eval_opts.race_factor = opts.race_factor;

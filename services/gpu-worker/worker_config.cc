@@ -94,10 +94,14 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
                           : std::string("must be 1 to 1000");
              });
   schema.Add("compile_cache.dir", &opts.compile_cache_dir,
-             "folder for the device runtimes' compiled-kernel caches (PoCL, the CUDA driver's JIT) and the "
-             "worker's kernel binary cache (binaries/: a CUDA cubin, an OpenCL GPU driver's binary, loaded "
-             "instead of compiling the same kernel again), kept across sandboxes and restarts; empty = each "
-             "sandbox's own folder and no binary cache");
+             "folder for the device runtimes' compiled-kernel caches (PoCL, the CUDA driver's JIT), kept "
+             "across sandboxes and restarts; empty = each sandbox's own folder");
+  schema.Add("compile_cache.binaries", &opts.kernel_binaries,
+             "also keep the binaries the runtimes build (a CUDA cubin, an OpenCL GPU driver's binary) in "
+             "compile_cache.dir/binaries and load them instead of compiling the same kernel again. Off by "
+             "default: a sandbox serves every tenant's candidates in turn, so one that a kernel or compiler "
+             "exploit took over could hand back forged binaries for other tenants' sources, and the cache "
+             "would keep them past its restart; turn on where the tenants trust each other");
 }
 
 }  // namespace kforge::worker

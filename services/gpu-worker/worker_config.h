@@ -36,6 +36,7 @@ struct WorkerOptions {
   double race_factor = 1.1;                // racing against the job's best (0 = off)
   int64_t race_samples = 5;                // ... after this many samples
   std::string compile_cache_dir;           // the runtimes' kernel caches; "" = per sandbox
+  bool kernel_binaries = false;            // the kernel binary cache in compile_cache_dir/binaries
 };
 
 void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts);

@@ -441,6 +441,12 @@ function checkKubernetes(name, dir, composeConfigs) {
         !pod.containers.some((c) => (c.ports ?? []).some((p) => String(p.containerPort) === scrape["prometheus.io/port"]))) {
       fail(where, `annotation prometheus.io/port ${scrape["prometheus.io/port"]} is not a containerPort of the pod`);
     }
+    // A sidecar's readiness gates its pod's: an exporter must not take the database off its Service.
+    for (const c of pod.containers.slice(1)) {
+      if (["postgres", "redis"].includes(component) && c.readinessProbe) {
+        fail(`${where}: container ${c.name}`, "a sidecar with a readiness probe: when it fails, the database leaves its Service");
+      }
+    }
     if (["postgres", "redis"].includes(component) && scrape["prometheus.io/scrape"] !== "true") {
       fail(where, `no exporter is scraped beside ${component} (KforgeDatabaseDown needs ${component === "redis" ? "redis_up" : "pg_up"})`);
     }

@@ -63,6 +63,7 @@ struct RunSetup {
   int timeout_wg = 0;                 // the candidate with this WG times out
   int confirm_every = 0;              // checkpoints
   bool small_wg_fast = false;         // WG=k measures 16/k x (the seed is the best) instead of k/16 x
+  bool timed = false;                 // results carry timings with tight intervals (2x apart: separated)
 };
 
 class JobConfirmTest : public ::testing::Test {
@@ -146,6 +147,20 @@ class JobConfirmTest : public ::testing::Test {
           r.set_outcome(v1::OUTCOME_OK);
           const double wg = static_cast<double>(req.candidate().params().at("WG"));
           r.set_speedup(setup.small_wg_fast ? 16 / wg : wg / 16);
+          if (setup.timed) {
+            v1::SizeSetTiming* t = r.add_timings();
+            t->set_size_set("default");
+            t->set_speedup(r.speedup());
+            for (auto [stats, seconds] : {std::pair{t->mutable_reference(), 1e-3},
+                                          std::pair{t->mutable_candidate(), 1e-3 / r.speedup()}}) {
+              stats->set_median_seconds(seconds);
+              stats->set_median_low_seconds(seconds * 0.99);
+              stats->set_median_high_seconds(seconds * 1.01);
+              stats->set_p20_seconds(seconds * 0.99);
+              stats->set_p80_seconds(seconds * 1.01);
+              stats->set_samples(20);
+            }
+          }
         }
         EXPECT_TRUE(queue.Complete(stream, **item, r).ok());
       }
@@ -202,6 +217,31 @@ TEST_F(JobConfirmTest, AFailedReMeasurementStillEndsTheJobAndSaysWhy) {
   EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
   EXPECT_EQ(confirms_.load(), 1);
   EXPECT_EQ(job.best().params().at("WG"), 128);
+  EXPECT_EQ(job.confirmation().finalists_size(), 0);
+  EXPECT_THAT(job.confirmation().note(), HasSubstr("not re-measured: reference benchmark: the device went away"));
+}
+
+// Finalists their benchmarks separate are not re-measured; the best alone is validated once more
+// (one round), and only then do their benchmarks' rows stand.
+TEST_F(JobConfirmTest, BenchmarksThatSeparateTheFinalistsLeaveTheBestToBeValidatedOnceMore) {
+  const v1::Job job = RunJob(ConfirmAnswer::kReverse, RunSetup{.timed = true});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(confirms_.load(), 1);
+  ASSERT_EQ(last_confirm_.confirm().finalists_size(), 1);
+  EXPECT_EQ(last_confirm_.confirm().rounds(), 1);
+  EXPECT_EQ(last_confirm_.confirm().finalists(0).params().at("WG"), 128);
+  EXPECT_EQ(job.best().params().at("WG"), 128);
+  ASSERT_EQ(job.confirmation().finalists_size(), 3);
+  for (const auto& f : job.confirmation().finalists()) EXPECT_EQ(f.rounds(), 0) << f.candidate_id();
+  EXPECT_TRUE(job.confirmation().separated());
+  EXPECT_THAT(job.confirmation().note(), HasSubstr("not re-measured"));
+  EXPECT_EQ(job.confirmation().worker_id(), "scripted");
+}
+
+TEST_F(JobConfirmTest, ABestThatFailsItsValidationOnceMoreLosesTheBenchmarksWord) {
+  const v1::Job job = RunJob(ConfirmAnswer::kFail, RunSetup{.timed = true});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED) << job.state_reason();
+  EXPECT_EQ(confirms_.load(), 1);
   EXPECT_EQ(job.confirmation().finalists_size(), 0);
   EXPECT_THAT(job.confirmation().note(), HasSubstr("not re-measured: reference benchmark: the device went away"));
 }
