@@ -96,6 +96,11 @@ SetInterval SpeedupInterval(const v1::SizeSetTiming& t, bool same_reference) {
   return {ref_low / cand.median_high_seconds(), ref_high / cand.median_low_seconds()};
 }
 
+// (p80 - p20) / median: how noisy one measurement was (0 when it has no median).
+double Spread(const v1::TimingStats& t) {
+  return t.median_seconds() > 0 ? (t.p80_seconds() - t.p20_seconds()) / t.median_seconds() : 0;
+}
+
 const v1::SizeSetTiming* TimingOf(const v1::EvaluationResult& r, const std::string& size_set) {
   for (const auto& t : r.timings()) {
     if (t.size_set() == size_set) return &t;
@@ -157,8 +162,7 @@ v1::FinalistTiming BenchmarkedFinalist(const Member& m) {
     if (i.low <= 0) continue;
     log_low += std::log(i.low);
     log_high += std::log(i.high);
-    const v1::TimingStats& cand = t.candidate();
-    noise += cand.median_seconds() > 0 ? (cand.p80_seconds() - cand.p20_seconds()) / cand.median_seconds() : 0;
+    noise += Spread(t.candidate());
     ++sets;
   }
   if (sets > 0) {
@@ -176,8 +180,7 @@ std::optional<ConfirmationOutcome> BenchmarkConfirmation(const std::vector<const
   ConfirmationOutcome out;
   v1::Confirmation& c = out.confirmation;
   for (const Member* m : finalists) *c.add_finalists() = BenchmarkedFinalist(*m);
-  const v1::TimingStats& ref = best.timings(0).reference();
-  c.set_reference_noise(ref.median_seconds() > 0 ? (ref.p80_seconds() - ref.p20_seconds()) / ref.median_seconds() : 0);
+  c.set_reference_noise(Spread(best.timings(0).reference()));
   c.set_separated(true);
   c.set_note(absl::StrCat("not re-measured: the finalists' own benchmarks already rank ", finalists.front()->candidate.id(),
                           " first beyond their ~95% intervals"));

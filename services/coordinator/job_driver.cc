@@ -314,26 +314,27 @@ absl::Status JobDriver::MaybeConfirm() {
   // second of device time per job on PoCL) would only repeat what they say, and the best alone is
   // validated once more by one worker (one round), as a re-measurement would have. Those a
   // benchmark puts below the best are left out of it (they keep their benchmark's row).
+  const std::vector<const Member*> contenders = options_.always_remeasure ? top : Contenders(top);
   benchmark_confirmation_.reset();
-  if (!options_.always_remeasure) benchmark_confirmation_ = BenchmarkConfirmation(top, ingested_count_);
-  std::vector<const Member*> contenders = options_.always_remeasure ? top : Contenders(top);
-  if (benchmark_confirmation_.has_value()) contenders = {top.front()};
+  if (contenders.size() == 1 && top.size() > 1) benchmark_confirmation_ = BenchmarkConfirmation(top, ingested_count_);
   // The candidate only names the request (see ConfirmRequest).
   v1::Candidate name;
   name.set_id(ConfirmationName(job_id_, ingested_count_, final));
   v1::EvaluationRequest req = RequestFor(name);
   req.mutable_confirm()->set_rounds(benchmark_confirmation_.has_value() ? 1 : options_.confirm_rounds);
   for (const Member* m : contenders) *req.mutable_confirm()->add_finalists() = m->candidate;
+  // Rows to append after the re-measured ones (none when the benchmarks' confirmation holds them).
   confirm_settled_.clear();
-  for (const Member* m : top) {
-    if (!benchmark_confirmation_.has_value() &&
-        std::find(contenders.begin(), contenders.end(), m) == contenders.end()) {
-      confirm_settled_.push_back(m->candidate.id());
+  if (!benchmark_confirmation_.has_value()) {
+    for (const Member* m : top) {
+      if (std::find(contenders.begin(), contenders.end(), m) == contenders.end()) {
+        confirm_settled_.push_back(m->candidate.id());
+      }
     }
   }
   KF_RETURN_IF_ERROR(queue_.Enqueue(stream_, req));
   log_->info("job={} re-measuring finalists={} (settled by their benchmarks={}) rounds={} at={}", job_id_,
-             req.confirm().finalists_size(), confirm_settled_.size(), options_.confirm_rounds,
+             req.confirm().finalists_size(), confirm_settled_.size(), req.confirm().rounds(),
              final ? "end" : "checkpoint");
   confirm_ = std::move(req);
   confirm_is_final_ = final;

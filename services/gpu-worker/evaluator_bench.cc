@@ -44,9 +44,7 @@ absl::StatusOr<v1::TimingStats> Evaluator::Run::ReferenceTiming(int set,
     data_->ref_timing_generation = ReferenceGeneration();
   }
   if (auto it = data_->ref_timing.find(set); it != data_->ref_timing.end()) return it->second;
-  auto it = data_->ref_run_seconds.find(set);
-  const Sampling sampling =
-      Capped(ReferenceSampling(), it == data_->ref_run_seconds.end() ? 0 : it->second);
+  const Sampling sampling = Capped(ReferenceSampling(), ReferenceRunSeconds(set));
   KF_ASSIGN_OR_RETURN(std::vector<double> samples, TimeReference(set, indices, sampling));
   return data_->ref_timing[set] = TimingStatsOf(std::move(samples));
 }
@@ -91,8 +89,7 @@ void Evaluator::Run::Benchmark() {
         sampling.race_early_samples = ev_.options_.race_early_samples;
       }
     }
-    sampling = Capped(
-        sampling, set < static_cast<int>(cand_run_seconds_.size()) ? cand_run_seconds_[set] : 0);
+    sampling = Capped(sampling, RunSeconds(set));
     std::vector<double> samples;
     bool raced = false;
     const double fastest =
@@ -174,13 +171,7 @@ Evaluator::Run::Sampling Evaluator::Run::RoundSampling(int set, bool reference) 
   Sampling s{.warmup = 1,
              .min_samples = ev_.options_.confirm_samples,
              .max_samples = ev_.options_.confirm_samples};
-  double run_seconds = 0;
-  if (reference) {
-    auto it = data_->ref_run_seconds.find(set);
-    run_seconds = it == data_->ref_run_seconds.end() ? 0 : it->second;
-  } else if (set < static_cast<int>(cand_run_seconds_.size())) {
-    run_seconds = cand_run_seconds_[set];
-  }
+  const double run_seconds = reference ? ReferenceRunSeconds(set) : RunSeconds(set);
   const double cap = ev_.options_.max_bench_seconds / 3;
   if (run_seconds > 0 && run_seconds * (s.max_samples + s.warmup) > cap) {
     s.max_samples = s.min_samples = static_cast<int>(std::max(1.0, std::floor(cap / run_seconds)));
