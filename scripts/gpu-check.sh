@@ -3,9 +3,12 @@
 # repository root, with .devcarry made by scripts/gpu-pack.sh; writes everything under $OUT.
 # Budget: about 2.5 minutes on an H200 (11 at most, by the timeouts). The device tool returns at
 # most 8 files, so the reports are written to a work folder and packed into $OUT/gpu-check.tgz
-# (summary.txt is also returned on its own).
+# (summary.txt is also returned on its own). STEPS="hostile fill bincache" runs only those of
+# hostile, fill, examples, runs, bincache, compile, cublas (default: all).
 set -u
 C=${C:-.devcarry}
+if [ ! -d "$C" ] && [ -f .devpack/devcarry.tar.xz ]; then tar xJf .devpack/devcarry.tar.xz; fi
+want() { [ "${STEPS:-all}" = all ] || [[ " $STEPS " == *" $1 "* ]]; }
 FINAL=${OUT:-gpu-out}
 mkdir -p "$FINAL"
 OUT=$(mktemp -d)
@@ -22,14 +25,19 @@ log "probe: $(date -u)"
 (nvidia-smi || true) > "$OUT/nvidia-smi.txt" 2>&1
 "$K" --version >> "$OUT/summary.txt" 2>&1 || { log "kforge does not start here (libraries?)"; ldd "$K" > "$OUT/ldd.txt" 2>&1; exit 1; }
 
+if want hostile; then
 log "hostile catalogue on cuda"
 timeout 120 "$C/build/tests/hostile_kernels_cuda_tests" --gtest_output="xml:$OUT/hostile_cuda.xml" > "$OUT/hostile_cuda.txt" 2>&1
 tail -3 "$OUT/hostile_cuda.txt" | tee -a "$OUT/summary.txt"
+fi
 
+if want fill; then
 log "device fills of poisoned outputs (cuMemsetD8/D16/D32/D2D32)"
 timeout 30 "$C/build/tests/benchmark_stage_tests" --gtest_filter='DeviceFill*' > "$OUT/fill.txt" 2>&1
 tail -3 "$OUT/fill.txt" | tee -a "$OUT/summary.txt"
+fi
 
+if want examples; then
 log "examples: NVRTC compiles (and OpenCL where an ICD exists)"
 timeout 60 "$C/build/tests/examples_tests" > "$OUT/examples.txt" 2>&1; tail -2 "$OUT/examples.txt" | tee -a "$OUT/summary.txt"
 
@@ -39,14 +47,18 @@ for ex in examples/cuda/*/; do
   timeout 40 "$K" eval "$ex" --json > "$OUT/eval-$name.json" 2> "$OUT/eval-$name.err"
   echo "exit $?" >> "$OUT/summary.txt"
 done
+fi
 
+if want runs; then
 for ex in sgemm matmul softmax; do
   log "kforge run $ex"
   timeout 100 "$K" run "examples/cuda/$ex" --budget "${BUDGET:-40}" --db "$OUT/kforge.db" --out "$OUT/run-$ex" --time 75 --timeout 20 \
       > "$OUT/run-$ex.txt" 2>&1
   tail -3 "$OUT/run-$ex.txt" | tee -a "$OUT/summary.txt"
 done
+fi
 
+if want bincache; then
 log "kernel binary cache: a CUDA re-tune loads the cubins the first run built (compile stage, first vs --fresh)"
 for pass in first fresh; do
   timeout 90 "$K" run examples/cuda/matmul --budget 12 --workers 1 --db "$OUT/bincache.db" --out "$OUT/bincache-$pass" \
@@ -54,10 +66,14 @@ for pass in first fresh; do
   grep -E '^\| compile ' "$OUT/bincache-$pass/report.md" 2>/dev/null | sed "s/^/$pass: /" | tee -a "$OUT/summary.txt"
 done
 echo "binaries cached: $(ls "$OUT/bincache/binaries" 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
+fi
 
+if want compile; then
 log "NVRTC vs nvcc compile latency"
 timeout 60 "$C/build/bench/kforge-bench-compile" --reps 3 > "$OUT/compile.txt" 2>&1; tail -3 "$OUT/compile.txt" >> "$OUT/summary.txt"
+fi
 
+if want cublas; then
 log "cuBLAS SGEMM on the matmul example's sizes (PyTorch, TF32 off)"
 timeout 45 python3 - > "$OUT/cublas.txt" 2>&1 <<'PY'
 import torch, time
@@ -76,4 +92,5 @@ for (m, n, k) in [(2048, 2048, 2048)]:
     print(f"sgemm {m}x{n}x{k}: median {med*1e3:.3f} ms, {2*m*n*k/med/1e9:.0f} GFLOP/s")
 PY
 cat "$OUT/cublas.txt" >> "$OUT/summary.txt"
+fi
 log "done: $(date -u)"

@@ -22,11 +22,12 @@ import time
 
 import torch
 
-from kforge_torch import modfile, protocol
+from kforge_torch import jail, modfile, protocol
 
 DEVICE = "cpu"
 MODELS = {}      # size set -> model
 COMPILED = {}    # size set -> torch.compile(model)
+PROBLEM = None   # whose modules MODELS holds: one problem's at a time
 
 
 def _device():
@@ -50,6 +51,14 @@ def hello(req, _):
 
 
 def load(req, _):
+    global PROBLEM
+    if req.get("problem") != PROBLEM:
+        # Another problem's modules go (a worker serves many): their memory, on the GPU too.
+        MODELS.clear()
+        COMPILED.clear()
+        if DEVICE.startswith("cuda"):
+            torch.cuda.empty_cache()
+        PROBLEM = req.get("problem")
     source = req["source"]
     filename = req.get("filename", "model.py")
     mf = modfile.ModelFile(source, filename)
@@ -99,6 +108,12 @@ def timed(req, payload):
         if not hasattr(torch, "compile"):
             raise ValueError(f"torch {torch.__version__} has no torch.compile")
         if req["set"] not in COMPILED:
+            try:
+                # One module, one or a few kernels: a pool of compiler processes costs more than it saves.
+                import torch._inductor.config as inductor_config
+                inductor_config.compile_threads = 1
+            except Exception:  # noqa: BLE001 (an older or newer torch without that setting)
+                pass
             COMPILED[req["set"]] = torch.compile(model)
         model = COMPILED[req["set"]]
     sets = [protocol.tensors_from(specs, payload, DEVICE) for specs in req["sets"]]
@@ -145,7 +160,26 @@ def handle(req, payload):
     raise ValueError(f"unknown op {op!r}")
 
 
+def _open_device():
+    """Opens the device before the jail closes: the CUDA context, cuBLAS and cuDNN start here."""
+    device = _device()
+    if not device.startswith("cuda"):
+        return
+    x = torch.ones(64, 64, device=device)
+    (x @ x).sum().item()
+    try:
+        torch.nn.functional.conv2d(torch.ones(1, 1, 8, 8, device=device),
+                                   torch.ones(1, 1, 3, 3, device=device)).sum().item()
+    except Exception:  # noqa: BLE001 (a torch without cuDNN still runs the rest)
+        pass
+
+
 def main():
+    try:
+        _open_device()
+    except Exception as e:  # noqa: BLE001 (hello reports the device torch did get)
+        sys.stderr.write(f"kforge-torch: the device did not open before the jail: {e}\n")
+    jail.apply_from_environment()
     try:
         protocol.serve(handle)
     except modfile.ModuleError as e:

@@ -189,7 +189,10 @@ absl::Status GiveToChild(const std::string& dir, const ChildUser& user) {
 
 std::vector<std::string> ChildEnvironment(const std::string& work_dir, const std::vector<std::string>& allow,
                                           const std::vector<std::string>& extra) {
-  std::vector<std::string> env = {absl::StrCat("HOME=", work_dir), absl::StrCat("TMPDIR=", work_dir)};
+  // A user name too: the child's uid (65534 for a root worker) may have no passwd entry, and
+  // Python's getpass.getuser(), which torch calls while importing its compiler, reads these first.
+  std::vector<std::string> env = {absl::StrCat("HOME=", work_dir), absl::StrCat("TMPDIR=", work_dir), "USER=kforge",
+                                  "LOGNAME=kforge"};
   env.insert(env.end(), extra.begin(), extra.end());
   auto set_by_extra = [&](const std::string& key) {
     for (const auto& kv : extra) {

@@ -82,6 +82,10 @@ Evaluator::BackendState& Evaluator::StateFor(v1::Backend backend) {
   if (slot == nullptr) {
     slot = std::make_unique<BackendState>(options_.resident_input_bytes);
     slot->sandbox = std::make_unique<Sandbox>(options_.sandbox, backend);
+    slot->torch_options = options_.torch;
+    // The baseline runs where the candidates do: torch on the GPU for CUDA kernels (an OpenCL
+    // device keeps the runner's choice, the CPU unless configured).
+    if (slot->torch_options.device.empty() && backend == v1::BACKEND_CUDA) slot->torch_options.device = "cuda:0";
   }
   return *slot;
 }
@@ -106,7 +110,7 @@ v1::HelloResponse Evaluator::Probe(v1::Backend backend) {
   // PyTorch references run beside this backend's sandbox: the device says whether this worker
   // takes them (and the coordinator routes them by it).
   if (options_.torch_enabled && hello.available()) {
-    if (st.torch == nullptr) st.torch = std::make_unique<TorchRunner>(options_.torch);
+    if (st.torch == nullptr) st.torch = std::make_unique<TorchRunner>(st.torch_options);
     if (auto info = st.torch->EnsureStarted(); info.ok()) {
       hello.mutable_device()->set_torch_version(info->version);
       hello.mutable_device()->set_torch_device(info->device);

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct Evaluator::ProblemData {
   std::map<int, std::map<std::string, std::string>> torch_state;
   int torch_generation = -1;
   std::map<int, v1::TimingStats> compiled_timing;
+  std::set<int> compile_loaded;  // size sets built in torch_compile's process of compile_generation
+  int compile_generation = -1;
   std::map<int, std::string> compile_failed;  // by size set: why torch.compile could not be timed
 };
 
@@ -44,7 +47,12 @@ struct Evaluator::BackendState {
   explicit BackendState(int64_t resident_bytes) : resident(resident_bytes) {}
   std::mutex mu;
   std::unique_ptr<Sandbox> sandbox;
+  TorchOptions torch_options;          // on this backend's device (TorchOptionsFor)
   std::unique_ptr<TorchRunner> torch;  // PyTorch references' process (made when first needed)
+  // torch.compile's process: its compiler starts processes, which the reference's process may
+  // not, so the baseline that needs them runs apart (made when first needed).
+  std::unique_ptr<TorchRunner> torch_compile;
+  std::string torch_problem;  // whose modules the processes hold (a problem key)
   ResidentIndex resident;  // what the sandbox holds, for its current generation
   std::map<std::string, std::unique_ptr<ProblemData>> problems;  // by worker-computed hash
   uint64_t uses = 0;
@@ -146,6 +154,9 @@ class Evaluator::Run {
   // A PyTorch reference (evaluator_torch.cc): its process, the module's state on a size set, its
   // outputs for an input set, and its timings (eager or torch.compile).
   absl::StatusOr<TorchRunner*> Torch();
+  absl::StatusOr<TorchRunner*> CompileTorch(int set);  // torch.compile's process, the module built
+  std::string TorchSet(int set) const;                 // a size set's name in the processes
+  absl::StatusOr<std::vector<TorchTensor>> LoadModule(TorchRunner& runner, int set);
   absl::Status EnsureTorchState(int set);
   absl::Status EnsureTorchReference(int set, int index);
   absl::StatusOr<std::vector<double>> TimeTorch(int set, const std::vector<int>& indices, const Sampling& sampling,

@@ -38,8 +38,17 @@ absl::StatusOr<TorchRunner*> Evaluator::Run::Torch() {
   if (!ev_.options_.torch_enabled) {
     return absl::FailedPreconditionError("this worker runs no PyTorch references (worker.pytorch is off)");
   }
-  if (st_.torch == nullptr) st_.torch = std::make_unique<TorchRunner>(ev_.options_.torch);
+  if (st_.torch == nullptr) st_.torch = std::make_unique<TorchRunner>(st_.torch_options);
   KF_ASSIGN_OR_RETURN(TorchInfo info, st_.torch->EnsureStarted());
+  if (st_.torch_problem != key_) {
+    // The processes hold one problem's modules at a time (a fleet worker serves many tenants): the
+    // one held before is built again when it comes back.
+    if (auto it = st_.problems.find(st_.torch_problem); it != st_.problems.end()) {
+      it->second->torch_state.clear();
+      it->second->compile_loaded.clear();
+    }
+    st_.torch_problem = key_;
+  }
   // The baseline's torch goes with the result: reports name what the speedup was measured against.
   v1::DeviceInfo* d = res_.mutable_device();
   d->set_torch_version(info.version);
@@ -63,16 +72,7 @@ absl::Status Evaluator::Run::EnsureTorchState(int set) {
     data_->torch_generation = runner->generation();
   }
   if (data_->torch_state.contains(set)) return absl::OkStatus();
-  // The module's initialisation is seeded from the worker's salt: the state is fixed for this
-  // worker and problem, and not known outside this process beforehand.
-  const uint64_t seed = std::stoull(Sha256Hex(absl::StrCat(ev_.options_.input_salt, "|module|", key_)).substr(0, 15),
-                                    nullptr, 16);
-  // Building the module is one run of its code: the same watchdog (a module that hangs in its
-  // import or __init__ holds the worker no longer than a kernel that hangs).
-  const double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
-  KF_ASSIGN_OR_RETURN(std::vector<TorchTensor> state,
-                      runner->Load(p_.size_sets(set).name(), p_.reference().pytorch(), Constants(p_, set), seed,
-                                   ev_.options_.problem_limits.max_problem_bytes, timeout));
+  KF_ASSIGN_OR_RETURN(std::vector<TorchTensor> state, LoadModule(*runner, set));
   std::map<std::string, std::string> by_key;
   for (const TorchTensor& t : state) by_key[t.key] = std::string(t.bytes);
   const Bindings env = MakeBindings(p_.size_sets(set), v1::KernelSpec(), {});
@@ -97,6 +97,44 @@ absl::Status Evaluator::Run::EnsureTorchState(int set) {
   }
   data_->torch_state[set] = std::move(bufs);
   return absl::OkStatus();
+}
+
+std::string Evaluator::Run::TorchSet(int set) const {
+  // Named by problem too: a module of another problem can never stand in for this one's.
+  return absl::StrCat(key_.substr(0, 16), "/", p_.size_sets(set).name());
+}
+
+absl::StatusOr<std::vector<TorchTensor>> Evaluator::Run::LoadModule(TorchRunner& runner, int set) {
+  // The module's initialisation is seeded from the worker's salt: the state is fixed for this
+  // worker and problem (the same in every process), and not known outside this one beforehand.
+  const uint64_t seed = std::stoull(Sha256Hex(absl::StrCat(ev_.options_.input_salt, "|module|", key_)).substr(0, 15),
+                                    nullptr, 16);
+  // Building the module is one run of its code: the same watchdog (a module that hangs in its
+  // import or __init__ holds the worker no longer than a kernel that hangs).
+  const double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  return runner.Load(TorchSet(set), key_, p_.reference().pytorch(), Constants(p_, set), seed,
+                     ev_.options_.problem_limits.max_problem_bytes, timeout);
+}
+
+absl::StatusOr<TorchRunner*> Evaluator::Run::CompileTorch(int set) {
+  // The module is built in the reference's process first: its own errors are reported from there.
+  KF_RETURN_IF_ERROR(EnsureTorchState(set));
+  if (st_.torch_compile == nullptr) {
+    TorchOptions o = st_.torch_options;
+    o.allow_fork = true;
+    st_.torch_compile = std::make_unique<TorchRunner>(std::move(o));
+  }
+  TorchRunner* runner = st_.torch_compile.get();
+  KF_RETURN_IF_ERROR(runner->EnsureStarted().status());
+  if (data_->compile_generation != runner->generation()) {
+    data_->compile_loaded.clear();
+    data_->compile_generation = runner->generation();
+  }
+  if (!data_->compile_loaded.contains(set)) {
+    KF_RETURN_IF_ERROR(LoadModule(*runner, set).status());
+    data_->compile_loaded.insert(set);
+  }
+  return runner;
 }
 
 namespace {
@@ -151,7 +189,7 @@ absl::Status Evaluator::Run::EnsureTorchReference(int set, int index) {
   std::vector<std::string> scalars;
   const std::vector<TorchTensor> inputs = ModuleInputs(p_, set, Inputs(set, index), &scalars);
   const double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
-  KF_ASSIGN_OR_RETURN(std::vector<TorchTensor> outs, runner->Run(p_.size_sets(set).name(), inputs, timeout));
+  KF_ASSIGN_OR_RETURN(std::vector<TorchTensor> outs, runner->Run(TorchSet(set), inputs, timeout));
   const auto& names = p_.reference().pytorch().outputs();
   if (outs.size() != static_cast<size_t>(names.size())) {
     return absl::FailedPreconditionError(
@@ -180,8 +218,13 @@ absl::Status Evaluator::Run::EnsureTorchReference(int set, int index) {
 
 absl::StatusOr<std::vector<double>> Evaluator::Run::TimeTorch(int set, const std::vector<int>& indices,
                                                               const Sampling& sampling, const std::string& mode) {
-  KF_RETURN_IF_ERROR(EnsureTorchState(set));
-  KF_ASSIGN_OR_RETURN(TorchRunner * runner, Torch());
+  TorchRunner* runner = nullptr;
+  if (mode == "compile") {
+    KF_ASSIGN_OR_RETURN(runner, CompileTorch(set));
+  } else {
+    KF_RETURN_IF_ERROR(EnsureTorchState(set));
+    KF_ASSIGN_OR_RETURN(runner, Torch());
+  }
   std::vector<std::vector<std::string>> scalars(indices.size());
   std::vector<std::vector<TorchTensor>> sets;
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -192,9 +235,12 @@ absl::StatusOr<std::vector<double>> Evaluator::Run::TimeTorch(int set, const std
                   .max_samples = sampling.max_samples,
                   .min_seconds = sampling.min_seconds,
                   .max_seconds = ev_.options_.max_bench_seconds * 4};
-  // torch.compile compiles on its first call (seconds, more on a GPU): its own deadline.
-  const double timeout = mode == "compile" ? ev_.options_.max_timeout_seconds : ev_.options_.run_timeout_seconds;
-  return runner->Time(p_.size_sets(set).name(), mode, sets, s, timeout);
+  // torch.compile compiles on its first call (seconds, more on a GPU): a deadline of its own, a
+  // few of the request's, so that a compiler that hangs holds the worker a bounded time.
+  const double run_timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  const double timeout = mode == "compile" ? std::min(ev_.options_.max_timeout_seconds, std::max(120.0, 4 * run_timeout))
+                                           : ev_.options_.run_timeout_seconds;
+  return runner->Time(TorchSet(set), mode, sets, s, timeout);
 }
 
 absl::StatusOr<v1::TimingStats> Evaluator::Run::CompiledTiming(int set, const std::vector<int>& indices) {

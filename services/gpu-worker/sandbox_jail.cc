@@ -11,9 +11,12 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "services/gpu-worker/file_jail.h"
 
 namespace kforge::worker {
@@ -78,9 +81,15 @@ class Program {
     code_.push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, mask, 1, 0));
     code_.push_back(Stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<uint32_t>(err) & SECCOMP_RET_DATA)));
   }
+  // The finished program: whatever no block decided is allowed.
+  std::vector<sock_filter> Finish() {
+    std::vector<sock_filter> code = code_;
+    code.push_back(Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    return code;
+  }
   absl::Status Install() {
-    code_.push_back(Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    sock_fprog prog{.len = static_cast<unsigned short>(code_.size()), .filter = code_.data()};
+    std::vector<sock_filter> code = Finish();
+    sock_fprog prog{.len = static_cast<unsigned short>(code.size()), .filter = code.data()};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
       return absl::InternalError(absl::StrCat("PR_SET_NO_NEW_PRIVS: ", std::strerror(errno)));
     }
@@ -96,9 +105,7 @@ class Program {
   std::vector<sock_filter> code_;
 };
 
-}  // namespace
-
-absl::Status ApplySeccompJail(bool allow_fork) {
+Program SeccompProgram(bool allow_fork) {
   Program p;
   // No new sockets: no network of any kind, no abstract unix socket. The worker's channel is the
   // socket this process inherited.
@@ -132,25 +139,61 @@ absl::Status ApplySeccompJail(bool allow_fork) {
     p.Deny(SYS_vfork, EPERM);
 #endif
   }
-  return p.Install();
+  return p;
 }
 
-absl::StatusOr<JailReport> JailSelf(const JailOptions& o) {
+}  // namespace
+
+absl::Status ApplySeccompJail(bool allow_fork) { return SeccompProgram(allow_fork).Install(); }
+
+namespace {
+
+FileJail FilesOf(const JailOptions& o) {
   FileJail files = SandboxJail(o.backend, o.work_dir, o.extra_read, o.extra_write);
   files.deny_tcp = true;
   files.scope_signals_and_sockets = true;
+  return files;
+}
+
+std::string Summary(const LandlockApplied& landlock, bool allow_fork) {
+  return absl::StrCat("files (Landlock ABI ", landlock.abi, "), network (seccomp", landlock.tcp ? ", Landlock TCP" : "",
+                      "), signals and IPC (seccomp", landlock.scoped ? ", Landlock scopes" : "", ")",
+                      allow_fork ? "" : ", no fork");
+}
+
+}  // namespace
+
+absl::StatusOr<JailReport> JailSelf(const JailOptions& o) {
   LandlockApplied landlock;
-  const absl::Status fs = ApplyFileJail(files, &landlock);
+  const absl::Status fs = ApplyFileJail(FilesOf(o), &landlock);
   // The filter goes on whatever Landlock said: what can be closed is closed.
   const absl::Status sc = ApplySeccompJail(o.allow_fork);
   if (!fs.ok()) return absl::Status(fs.code(), absl::StrCat("files are not restricted: ", fs.message()));
   if (!sc.ok()) return absl::Status(sc.code(), absl::StrCat("sockets and signals are not restricted: ", sc.message()));
-  JailReport r;
-  r.landlock_abi = landlock.abi;
-  r.summary = absl::StrCat("files (Landlock ABI ", landlock.abi, "), network (seccomp", landlock.tcp ? ", Landlock TCP" : "",
-                           "), signals and IPC (seccomp", landlock.scoped ? ", Landlock scopes" : "", ")",
-                           o.allow_fork ? "" : ", no fork");
-  return r;
+  return JailReport{.summary = Summary(landlock, o.allow_fork), .landlock_abi = landlock.abi};
+}
+
+std::string JailPlanJson(const JailOptions& o) {
+  nlohmann::json plan = nlohmann::json::object();
+  absl::StatusOr<LandlockPlan> files = PlanFileJail(FilesOf(o));
+  if (files.ok()) {
+    nlohmann::json rules = nlohmann::json::array();
+    for (const auto& [path, access] : files->rules) rules.push_back({path, access});
+    plan["landlock"] = {{"create", SYS_landlock_create_ruleset},
+                        {"add", SYS_landlock_add_rule},
+                        {"restrict", SYS_landlock_restrict_self},
+                        {"attr", absl::BytesToHexString(files->ruleset_attr)},
+                        {"rules", rules}};
+    plan["summary"] = Summary(files->applied, o.allow_fork);
+  } else {
+    plan["landlock_error"] = absl::StrCat("files are not restricted: ", files.status().message());
+    plan["summary"] = Summary(LandlockApplied{}, o.allow_fork);
+  }
+  const std::vector<sock_filter> code = SeccompProgram(o.allow_fork).Finish();
+  plan["seccomp"] = {{"nr", SYS_seccomp},
+                     {"filter", absl::BytesToHexString(std::string(reinterpret_cast<const char*>(code.data()),
+                                                                   code.size() * sizeof(sock_filter)))}};
+  return plan.dump();
 }
 
 }  // namespace kforge::worker

@@ -39,6 +39,13 @@ struct JailReport {
 // means the process is NOT fully jailed; what did apply stays applied.
 [[nodiscard]] absl::StatusOr<JailReport> JailSelf(const JailOptions& options);
 
+// The same jail for a process that applies it to itself later: the PyTorch process, which opens
+// its device first (the CUDA driver does not initialise inside the jail; kforge-sandbox opens its
+// device first too) and jails itself before it reads a request (python/kforge_torch/jail.py). JSON:
+// Landlock's system call numbers, ruleset attribute (hex) and rules ([path, access]), the seccomp
+// filter (hex of its sock_filter instructions) and the summary JailSelf would report.
+std::string JailPlanJson(const JailOptions& options);
+
 // Only the seccomp part (the tests of the filter use it alone).
 [[nodiscard]] absl::Status ApplySeccompJail(bool allow_fork);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
@@ -170,13 +171,17 @@ absl::Status TorchRunner::Spawn() {
       extra.push_back("MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1");
     }
   }
+  std::string device = options_.device;
+  if (const char* env = std::getenv("KFORGE_TORCH_DEVICE"); device.empty() && env != nullptr && *env) device = env;
+  if (device.empty()) device = "cpu";
+  extra.push_back(absl::StrCat("KFORGE_TORCH_DEVICE=", device));
+  // The jail opens the GPU's driver files only for a process that runs on it.
+  const bool cuda = absl::StartsWith(device, "cuda");
   ChildSpec spec;
   // A root worker's build and checkout may lie where the child's user cannot reach them.
   KF_ASSIGN_OR_RETURN(spec.binary, ReachableCopy(options_.sandbox_binary, user));
   KF_ASSIGN_OR_RETURN(const std::string package, ReachableCopy(options_.package_dir, user));
   spec.env = ChildEnvironment(work_dir_, options_.env_allow, extra);
-  const char* device = std::getenv("KFORGE_TORCH_DEVICE");
-  const bool cuda = device != nullptr && std::string(device).rfind("cuda", 0) == 0;
   spec.args = {"--python", options_.python, "--package", package, "--backend", cuda ? "cuda" : "opencl"};
   if (options_.jail) spec.args.emplace_back("--jail");
   if (options_.require_jail) spec.args.emplace_back("--require-jail");
@@ -324,7 +329,8 @@ absl::StatusOr<Json> Answer(const std::pair<std::string, std::string>& answer) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<TorchTensor>> TorchRunner::Load(const std::string& set, const v1::TorchReference& ref,
+absl::StatusOr<std::vector<TorchTensor>> TorchRunner::Load(const std::string& set, const std::string& problem,
+                                                           const v1::TorchReference& ref,
                                                            const std::map<std::string, double>& constants,
                                                            uint64_t seed, int64_t max_state_bytes, double timeout) {
   Json c = Json::object();
@@ -336,7 +342,7 @@ absl::StatusOr<std::vector<TorchTensor>> TorchRunner::Load(const std::string& se
       c[k] = v;
     }
   }
-  const Json req = {{"op", "load"},   {"set", set},   {"source", ref.source()}, {"filename", ref.source_file()},
+  const Json req = {{"op", "load"},   {"set", set}, {"problem", problem},   {"source", ref.source()}, {"filename", ref.source_file()},
                     {"constants", c}, {"seed", seed}, {"max_state_bytes", max_state_bytes}};
   KF_ASSIGN_OR_RETURN(auto answer, Call(req.dump(), {}, timeout));
   KF_ASSIGN_OR_RETURN(Json j, Answer(answer));

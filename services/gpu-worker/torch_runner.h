@@ -27,6 +27,9 @@ struct TorchOptions {
   // The folder holding the kforge_torch package; "" = FindTorchPackage().
   std::string package_dir;
   std::string sandbox_binary;  // kforge-sandbox; "" = FindSandboxBinary()
+  // Where torch runs the module ("cpu", "cuda:0"): the candidates' device, so that the baseline is
+  // timed where they are. "" = $KFORGE_TORCH_DEVICE, else "cpu".
+  std::string device;
   bool jail = true;
   bool require_jail = false;
   int64_t run_as_uid = -1;     // as SandboxOptions::run_as_uid
@@ -35,7 +38,9 @@ struct TorchOptions {
   int threads = 0;
   int64_t memory_limit_mb = 16384;  // address space (not for a CUDA torch, as for CUDA sandboxes)
   double start_timeout_seconds = 120;
-  // torch.compile starts compiler processes; the module itself should not: off unless asked.
+  // torch.compile starts compiler processes (Inductor, Triton's ptxas); the module itself should
+  // not: off unless asked (the worker's torch.compile process only; the files and network jail
+  // still hold, and bind every process it starts).
   bool allow_fork = false;
   // Preload jemalloc (when installed) with its decay off: freed memory stays with the process, as
   // in a warmed-up one, instead of being faulted in afresh on every call (KERNELBENCH.md: under
@@ -43,7 +48,7 @@ struct TorchOptions {
   bool reuse_memory = true;
   int64_t max_output_bytes = 64 << 10;  // of the process's stderr per request, to the log
   std::vector<std::string> env_allow = {"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
-                                        "KFORGE_TORCH_DEVICE", "OMP_*", "MKL_*", "OPENBLAS_*"};
+                                        "OMP_*", "MKL_*", "OPENBLAS_*"};
 };
 
 // Finds python/kforge_torch: $KFORGE_PYTHON_DIR, then beside the binary's install prefix
@@ -86,7 +91,10 @@ class TorchRunner {
 
   // Builds the module of size set `set` (constants set, seeded initialisation); its state_dict
   // entries, valid until the next call. InvalidArgument for the module's own errors.
-  [[nodiscard]] absl::StatusOr<std::vector<TorchTensor>> Load(const std::string& set, const v1::TorchReference& ref,
+  // `problem` names whose module it is: the process keeps one problem's modules, and forgets the
+  // others' when another's is built.
+  [[nodiscard]] absl::StatusOr<std::vector<TorchTensor>> Load(const std::string& set, const std::string& problem,
+                                                              const v1::TorchReference& ref,
                                                               const std::map<std::string, double>& constants,
                                                               uint64_t seed, int64_t max_state_bytes, double timeout);
   // forward() on `inputs`; the outputs, valid until the next call.

@@ -254,7 +254,7 @@ TEST(PytorchBaselineTest, ALargeElementwiseBaselineRunsAtMemoryBandwidthNotPageF
   v1::TorchReference ref;
   ref.set_source_file("relu.py");
   ref.set_source(Module("x):\n        return torch.relu(x)", "[torch.rand(n)]", absl::StrCat("n = ", n)));
-  auto state = runner.Load("main", ref, {}, 1, int64_t{1} << 30, 120);
+  auto state = runner.Load("main", "p", ref, {}, 1, int64_t{1} << 30, 120);
   ASSERT_TRUE(state.ok()) << state.status();
   std::string x(static_cast<size_t>(n) * 4, '\0');
   worker::TorchTensor t{.dtype = "f32", .shape = {n}, .bytes = x};
@@ -274,6 +274,89 @@ TEST(PytorchBaselineTest, ALargeElementwiseBaselineRunsAtMemoryBandwidthNotPageF
   EXPECT_LT(eager, 6 * copy) << "eager " << eager << " s, copy " << copy << " s";
 }
 
+// The PyTorch process jails itself (kforge_torch/jail.py, with the plan kforge-sandbox hands over)
+// after torch opened its device and before it reads a request: the tenant's module runs jailed.
+// Each attempt below succeeds without the jail (the second run), so the probe can tell.
+TEST(PytorchJailTest, TheModuleRunsInTheJailTheProcessPutItselfIn) {
+  SKIP_WITHOUT_TORCH();
+  testing::TempDir dir;
+  const std::string secret = dir.Write("secret.txt", "not for tenants");
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                              fs::perms::others_read);
+  v1::TorchReference probe;
+  probe.set_source_file("probe.py");
+  probe.set_source(Module(absl::StrCat("x):\n"
+                                       "        import os, socket\n"
+                                       "        def read():\n"
+                                       "            open('", secret, "').read()\n"
+                                       "        def sock():\n"
+                                       "            socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()\n"
+                                       "        def fork():\n"
+                                       "            pid = os.fork()\n"
+                                       "            if pid == 0:\n"
+                                       "                os._exit(0)\n"
+                                       "            os.waitpid(pid, 0)\n"
+                                       "        got = []\n"
+                                       "        for attempt in (read, sock, fork):\n"
+                                       "            try:\n"
+                                       "                attempt()\n"
+                                       "                got.append(1.0)\n"
+                                       "            except OSError:\n"
+                                       "                got.append(0.0)\n"
+                                       "        return torch.tensor(got) + 0 * x.sum()"),
+                          "[torch.rand(n)]", "n = 4"));
+  const float in[4] = {0, 0, 0, 0};
+  worker::TorchTensor x{.dtype = "f32", .shape = {4}, .bytes = std::string_view(reinterpret_cast<const char*>(in), 16)};
+  auto attempts = [&](bool jail, bool allow_fork = false) -> std::vector<float> {
+    worker::TorchRunner runner(worker::TorchOptions{.jail = jail, .allow_fork = allow_fork});
+    EXPECT_TRUE(runner.Load("main", "p", probe, {}, 1, int64_t{1} << 20, 120).ok());
+    auto out = runner.Run("main", {x}, 60);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok() || (*out)[0].bytes.size() != 12) return {};
+    std::vector<float> v(3);
+    std::memcpy(v.data(), (*out)[0].bytes.data(), 12);
+    return v;
+  };
+  EXPECT_THAT(attempts(/*jail=*/true), ::testing::ElementsAre(0.0f, 0.0f, 0.0f)) << "read, socket, fork";
+  EXPECT_THAT(attempts(/*jail=*/false), ::testing::ElementsAre(1.0f, 1.0f, 1.0f)) << "read, socket, fork";
+  // torch.compile's process: its compiler starts processes, and files and network stay closed.
+  EXPECT_THAT(attempts(/*jail=*/true, /*allow_fork=*/true), ::testing::ElementsAre(0.0f, 0.0f, 1.0f))
+      << "read, socket, fork";
+}
+
+// A fleet worker serves many tenants' modules through one process: a size set named the same in
+// two problems ("main") must never run the other problem's module.
+TEST(PytorchBaselineTest, TheProcessHoldsOneProblemsModulesAndNeverRunsAnothersForIt) {
+  SKIP_WITHOUT_TORCH();
+  worker::TorchRunner runner(worker::TorchOptions{});
+  v1::TorchReference relu, neg;
+  relu.set_source_file("relu.py");
+  relu.set_source(Module("x):\n        return torch.relu(x)", "[torch.rand(n)]", "n = 4"));
+  neg.set_source_file("neg.py");
+  neg.set_source(Module("x):\n        return -x", "[torch.rand(n)]", "n = 4"));
+  const float in[4] = {-1, 2, -3, 4};
+  worker::TorchTensor x{.dtype = "f32", .shape = {4}, .bytes = std::string_view(reinterpret_cast<const char*>(in), 16)};
+  auto first = [&](const std::string& set) -> absl::StatusOr<float> {
+    auto out = runner.Run(set, {x}, 60);
+    if (!out.ok()) return out.status();
+    float v;
+    std::memcpy(&v, (*out)[0].bytes.data(), sizeof(v));
+    return v;
+  };
+  ASSERT_TRUE(runner.Load("a/main", "a", relu, {}, 1, int64_t{1} << 20, 120).ok());
+  EXPECT_EQ(first("a/main").value_or(-9), 0.0f);
+  ASSERT_TRUE(runner.Load("b/main", "b", neg, {}, 1, int64_t{1} << 20, 60).ok());
+  EXPECT_EQ(first("b/main").value_or(-9), 1.0f);
+  // a's module went when b's was built: asked for, it is refused (the worker builds it again).
+  auto gone = first("a/main");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_THAT(std::string(gone.status().message()), HasSubstr("was not loaded"));
+  ASSERT_TRUE(runner.Load("a/main", "a", relu, {}, 1, int64_t{1} << 20, 60).ok());
+  EXPECT_EQ(first("a/main").value_or(-9), 0.0f);
+}
+
 TEST(PytorchBaselineTest, AWorkerRefusesAModuleWhoseStateIsOverItsLimit) {
   SKIP_WITHOUT_TORCH();
   worker::TorchRunner runner(worker::TorchOptions{});
@@ -281,11 +364,11 @@ TEST(PytorchBaselineTest, AWorkerRefusesAModuleWhoseStateIsOverItsLimit) {
   ref.set_source_file("linear.py");
   ref.set_source(Module("x):\n        return self.fc(x)", "[torch.rand(64)]", "n = 64",
                         "        self.fc = nn.Linear(1024, 1024)"));
-  auto state = runner.Load("main", ref, {}, 1, /*max_state_bytes=*/1 << 20, 60);
+  auto state = runner.Load("main", "p", ref, {}, 1, /*max_state_bytes=*/1 << 20, 60);
   ASSERT_FALSE(state.ok());
   EXPECT_THAT(std::string(state.status().message()), HasSubstr("over this worker's limit"));
   // Within the limit it loads, with its parameters in state_dict order.
-  auto ok = runner.Load("main", ref, {}, 1, int64_t{16} << 20, 60);
+  auto ok = runner.Load("main", "p", ref, {}, 1, int64_t{16} << 20, 60);
   ASSERT_TRUE(ok.ok()) << ok.status();
   ASSERT_EQ(ok->size(), 2u);
   EXPECT_EQ((*ok)[0].key, "fc.weight");
