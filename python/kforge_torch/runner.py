@@ -45,6 +45,10 @@ def _sync():
 def hello(req, _):
     global DEVICE
     DEVICE = _device()
+    if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        # Never a baseline on another device than the candidates': say why instead.
+        raise ValueError(f"torch {torch.__version__} cannot use {DEVICE} here (built without CUDA, or no "
+                         f"GPU visible)")
     modfile.set_threads(req.get("threads", 0))
     return {"torch": torch.__version__, "device": DEVICE, "compile": hasattr(torch, "compile"),
             "threads": torch.get_num_threads()}, b""

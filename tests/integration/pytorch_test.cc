@@ -326,6 +326,17 @@ TEST(PytorchJailTest, TheModuleRunsInTheJailTheProcessPutItselfIn) {
       << "read, socket, fork";
 }
 
+// A CUDA problem's baseline runs on the GPU or not at all: a torch that cannot use it says so
+// (it once fell back to the CPU unnoticed, and H200 kernels were "54x" over 16 CPU cores).
+TEST(PytorchBaselineTest, ATorchThatCannotUseTheCandidatesDeviceSaysSo) {
+  SKIP_WITHOUT_TORCH();
+  if (access("/dev/nvidia0", F_OK) == 0) GTEST_SKIP() << "this machine has a GPU";
+  worker::TorchRunner runner(worker::TorchOptions{.device = "cuda:0"});
+  auto info = runner.EnsureStarted();
+  ASSERT_FALSE(info.ok());
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("cannot use cuda:0 here"));
+}
+
 // A fleet worker serves many tenants' modules through one process: a size set named the same in
 // two problems ("main") must never run the other problem's module.
 TEST(PytorchBaselineTest, TheProcessHoldsOneProblemsModulesAndNeverRunsAnothersForIt) {
