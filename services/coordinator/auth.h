@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // Who is calling: a bearer token (an API key made by `kforge admin key-create`) maps to a tenant.
 // Only the token's SHA-256 is looked up, never the token itself stored or logged.
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // The coordinator's metrics: results ingested by backend and outcome, gauges per running job
 // (removed when the job ends here, so job ids label only a bounded set of live series), and
 // fleet gauges sampled from the store and the queue every few seconds (jobs by state, queue

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // CoordinatorService over gRPC: thin handlers that authenticate the caller (bearer token in the
 // "authorization" metadata) and call JobApi. WatchJob streams a job's events from a sequence
 // number, polling the store, until the job ends or the client goes; a client that lost the stream

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // The evolution engine of one job: islands with ring migration, a quality-diversity grid per
 // island, elites, a protected global best, and parent selection mixing exploit / explore /
 // fitness-weighted choice with damping of parents that already have many children. It holds no

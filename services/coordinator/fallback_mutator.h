@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // Keeps a job going when its mutation service fails. Calls go to `primary` (the llm-proxy) while
 // its circuit breaker allows; a call that fails (unreachable, deadline, an error of the service)
 // is answered by `fallback` (the in-process parametric mutator) instead, and so is every call

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // The finalists' re-measurement (at a checkpoint of a long job, and at its end) as logic without
 // I/O: what a worker's side-by-side timing makes the job's confirmation, and when an earlier job's
 // timing of the same finalists stands for this job's. JobDriver decides when to send one and

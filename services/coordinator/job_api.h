@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // What CoordinatorService does, without gRPC: every call is scoped to the caller's tenant (another
 // tenant's job is NotFound), and a submitted problem arrives as its folder's files and goes
 // through the same loader as `kforge validate`.

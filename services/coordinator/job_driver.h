@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // Drives one job in explicit steps: Begin (claim the job's lease, rebuild from the store, dispatch
 // again what was never evaluated), Step (keep the lease, propose while there is room, ingest the
 // results that arrived, apply the budget and stop rules) until the job ends, then Finish. A

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // Owns the jobs a coordinator runs. Jobs are stored first (QUEUED) and started by a scanner that
 // looks at the store every `scan_seconds` (and at once after a submit): it starts the waiting jobs
 // in priority order (then oldest first) while fewer than `max_running` run here and the tenant is

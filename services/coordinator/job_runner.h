@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // Runs one job to its end on the calling thread: proposes candidates through the mutator,
 // dispatches them on the work queue, ingests results idempotently into the store and the engine,
 // and applies the budget and stop rules (a JobDriver, stepped with a wait). Steady state: it keeps

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // The bounds every job spec is held to before it is stored: every number finite and within a
 // range a coordinator can run, and INVALID_ARGUMENT naming the field otherwise. A spec arrives
 // over the wire from a tenant; one that passes cannot make a coordinator allocate without bound

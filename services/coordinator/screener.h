@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // Screening of cheap children: the parametric mutator offers several children per proposal and
 // the screener picks the one to evaluate, by a Thompson-style draw from a Gaussian-process
 // surrogate of the job's evaluations. Children that differ only in their knobs share a "variant"

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // A Gaussian-process surrogate over knob assignments, used to screen the parametric mutator's
 // children: of several cheap proposals, evaluate the one the model expects to be best, with
 // Thompson-style noise so that uncertain regions still get visited.

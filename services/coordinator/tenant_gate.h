@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/coordinator/layer.h"
+
 // A tenant's quotas on work, across all of its jobs running in this coordinator:
 // `max_in_flight` candidates in evaluation at once, and `max_evaluations_per_hour` candidates
 // dispatched in any sliding hour. A job over its tenant's quota proposes nothing and waits (its

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Starting a jailed child process the way the worker starts every process that runs untrusted
 // code (kforge-sandbox, the PyTorch reference): fork + exec with a clean environment, its own
 // process group, no inherited descriptors, no core dumps, an address-space limit, its own empty

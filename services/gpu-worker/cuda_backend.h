@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // CUDA: NVRTC compiles in-process (cuda_compiler.h), the driver API runs kernels. Both libraries
 // are loaded with dlopen at run time, so binaries start (and report "no CUDA device") on machines
 // without them.

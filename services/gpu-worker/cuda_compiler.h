@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // CUDA compilers: NVRTC in-process (loaded with dlopen at run time, so binaries start on machines
 // without it) and nvcc as a subprocess. Both turn CUDA C++ into a cubin for one architecture.
 

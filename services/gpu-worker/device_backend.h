@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // What the sandbox process needs from a device API. Implementations: OpenCL, CUDA. They run
 // only inside kforge-sandbox, never in the worker process.
 

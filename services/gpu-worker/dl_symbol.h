@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 #include <dlfcn.h>
 
 namespace kforge::worker {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The evaluation pipeline: screen -> compile -> validate -> benchmark. Runs in the worker
 // process and drives a sandbox per backend. The reference's answers never enter the sandbox:
 // the sandbox returns what the candidate wrote and this process compares.

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The evaluator's internals, shared by evaluator.cc (the Evaluator: backends, sandboxes,
 // dispatch) and evaluator_run.cc (one evaluation through the stages). Not for other users.
 

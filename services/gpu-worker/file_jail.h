@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Restricts which files the calling process (and everything it later starts) may open, with
 // Linux Landlock. The sandbox applies it to itself before it opens a device or compiles anything,
 // so a compiler fooled into `#include "/etc/passwd"` (past the include screen) cannot open the

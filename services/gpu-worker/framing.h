@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Length-prefixed protobuf frames over a file descriptor (the worker <-> sandbox pipe).
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Host-side buffer contents: random fills, poison patterns, and the tolerance comparison that
 // decides whether a candidate computed the right answer.
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The worker's kernel binary cache: what a device runtime built from a compile request (a CUDA
 // cubin, an OpenCL program binary), on disk under a key of the request and the device, so that
 // the same kernel compiled again (a re-tune, another sandbox of the worker, after a restart) is

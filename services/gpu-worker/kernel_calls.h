@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // A resolved launch plan (common/launch.h) as the sandbox's kernel calls: grid and block sizes,
 // and each argument as a buffer name or a typed scalar value.
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 #include <memory>
 
 #include "services/gpu-worker/device_backend.h"

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // A worker slot that serves work-queue streams: take a request, evaluate it, publish the result.
 // With a WorkerCore (kforge-gpu-worker), evaluations go through it (slots, drain, metrics) and the
 // slot stops taking work once the core drains; without one (tests, benchmarks), straight to the

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The replay backend: "evaluating" a param assignment of a Kernel Tuner cache returns the
 // recorded time or failure. No device, no sandbox: only recorded numbers.
 

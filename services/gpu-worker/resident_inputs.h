@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Input buffers that stay in the sandbox between runs, so that the same bytes (a problem's input
 // sets are the same for every candidate) cross the pipe once per sandbox lifetime instead of on
 // every run. Two halves: the sandbox's store, and the worker's record of what the store holds.

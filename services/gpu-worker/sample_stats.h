@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Distribution-free statistics of timing samples: a median and the interval that holds the
 // population's median with ~95% probability (order statistics, binomial ranks), whatever the
 // shape of the noise. Timings are skewed (interference only ever adds time), so no normal

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The worker's side of the sandbox: a kforge-sandbox child process per backend, started with a
 // clean environment, resource limits, its own process group and an empty working folder, and
 // killed by a wall-clock watchdog when a request overruns. A crash or hang costs the child, never

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The jail a sandbox process puts itself in before it sees a candidate (kforge-sandbox after its
 // device opened; the PyTorch reference's launcher before it executes Python), inherited by all
 // it executes. Model-written kernels and tenants' modules run in it, so it closes more than files:

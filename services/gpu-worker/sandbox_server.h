@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The sandbox process's side: serves Hello / Compile / Run requests from the worker over
 // stdin/stdout using a device backend. Untrusted kernels run here and nowhere else.
 

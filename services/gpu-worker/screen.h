@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Stage 1: checks a candidate before any compiler or device sees it. Pure logic.
 
 #include <cstdint>

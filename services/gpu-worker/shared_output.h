@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // Run outputs handed from the sandbox to the worker through a shared memory file (the output
 // arena) instead of inside the response frame. The device writes a buffer straight into the
 // arena, the worker compares it where it lies: no protobuf copy on either side, no socket copy,

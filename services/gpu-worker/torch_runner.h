@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The worker's side of a PyTorch reference: a Python process that runs the tenant's module
 // (python/kforge_torch/runner.py), started through kforge-sandbox --python, which jails itself
 // (files, network, signals, new processes; sandbox_jail.h) before Python starts, with the child

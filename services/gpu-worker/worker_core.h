@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // The worker's logic behind its gRPC handlers: slot accounting, draining, metrics.
 
 #include <atomic>

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/gpu-worker/layer.h"
+
 // gRPC WorkerAdminService: thin handlers over WorkerCore.
 
 #include "kforge/v1/worker.grpc.pb.h"

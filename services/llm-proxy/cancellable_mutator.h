@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // A Mutator whose long loops stop early when the caller no longer wants the answer (the client's
 // deadline passed, it hung up, or the proxy is shutting down).
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 #include <functional>
 
 namespace kforge::llm {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // Reading what a model wrote: SEARCH/REPLACE edit blocks, or a whole new source in a fenced code
 // block, plus an optional new launch plan (a fenced yaml block with `launches:`). Tolerates the
 // usual noise (prose around blocks, fences with or without a language tag, CRLF) and says

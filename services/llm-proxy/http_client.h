@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // HTTP for model providers: an interface (tests script a local server; nothing here talks to
 // the network by itself) and a libcurl implementation.
 

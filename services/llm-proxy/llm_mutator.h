@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // The LLM mutator: prompt -> provider (a weighted mix of models) -> reply parser -> child. Edits
 // that do not apply trigger one retry asking for a whole file. Replies are cached by what
 // determines the request (ReplyCacheKey), in memory and optionally in a JSON-lines file, so a

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // The parametric mutator: tunes knob values within the declared values and constraints. It needs
 // no model, and it is what runs when no LLM is configured.
 //

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // Builds the prompt for a model-written mutation: the rules (device code only, the launch plan
 // format, the allowed includes, the reply format), the problem, the parent with its metrics and
 // feedback, inspirations and recent failures. The essential parts must fit the token budget;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // Model providers: any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama.cpp
 // server, Ollama, hosted APIs) and Anthropic's messages API. Retries on 429 / 5xx / timeouts /
 // truncated bodies with jittered exponential backoff, honouring Retry-After; per-call token and

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 #include <cstdint>
 #include <string>
 

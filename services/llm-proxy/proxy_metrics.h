@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // The llm-proxy's metrics: model requests by provider, model and outcome (ok, error, cache_hit),
 // retries, tokens in and out, cost, latency; and mutations by mutator (model, parametric) and
 // outcome (child, no_child, error). Labels are bounded: providers and models come from the

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // The LLM proxy as a service: LlmProxyService.Mutate over gRPC (a thin handler over a Mutator).
 // Its client, RemoteMutator, is its own target (client/remote_mutator.h).
 //

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // Every field of a MutateRequest comes from the network: CheckMutateRequest refuses what the
 // mutators cannot use (no parent, a knob without values, a constraint that does not parse, an
 // unknown enum value, a NaN, a count past the limit, ...) with INVALID_ARGUMENT naming the field,

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // What the parametric mutator learnt about the knob variants it tried: whether each is valid and
 // its content hash. Both follow from the space and the parent's source and plan alone, so they
 // hold for every job on the problem; only whether a variant was seen belongs to a job. Once a

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "services/llm-proxy/layer.h"
+
 // A fixed set of worker threads over a bounded queue. Submitting never blocks: when every thread
 // is busy and the queue is full, TrySubmit refuses at once and the caller answers "busy". No
 // thread outlives the pool: Stop() (and the destructor) let the queued tasks run, each able to see
