@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -153,8 +154,12 @@ void AddBaselines(nlohmann::json& j, const v1::Problem& p, const v1::EvaluationR
                    {"torch", r.device().torch_version()},
                    {"device", r.device().torch_device()},
                    {"compile_available", r.device().torch_compile()},
-                   {"timed", "forward() under torch.no_grad(), as a warmed-up process runs it: the same inputs, "
-                             "memory reused (jemalloc with its decay off), on the worker's device"}};
+                   {"timed", absl::StartsWith(r.device().torch_device(), "cuda")
+                                 ? "forward() under torch.no_grad() in a warmed-up process, CUDA events around each "
+                                   "call (its launch included) with the L2 cache flushed before it, as the "
+                                   "candidates are timed"
+                                 : "forward() under torch.no_grad(), as a warmed-up process runs it: the same "
+                                   "inputs, memory reused (jemalloc with its decay off), on the worker's device"}};
   if (r.device().torch_device() == "cpu") {
     j["baseline"]["note"] = "CPU figures at scaled sizes: not comparable with published GPU numbers";
   }

@@ -3,10 +3,11 @@
 # torch CUDA eager and torch.compile timed on the same GPU. Runs on the GPU machine from the
 # repository root with the binaries of scripts/gpu-pack.sh (.devcarry, or its archive
 # .devpack/devcarry.tar.xz) and KernelBench's level-1 files in $KB; writes under $OUT.
-#   OUT=DIR KB=DIR [PROBLEMS="19_ReLU 23_Softmax"] [BUDGET=12] [FIT=16777216] [TOTAL=480 | END=EPOCH] \
+#   OUT=DIR KB=DIR [PROBLEMS="19_ReLU 23_Softmax" | FROM=N] [BUDGET=12] [FIT=16777216] [TOTAL=480 | END=EPOCH] \
 #       scripts/gpu-kernelbench.sh
 # TOTAL bounds the suite's wall time (seconds): it is interrupted then, and every problem it ran
 # keeps its report (OUT's archive holds each problem's report.json and the suite's table so far).
+# FROM=N starts at the N-th problem of that order: a later session goes on where one stopped.
 set -u
 C=${C:-.devcarry}
 if [ ! -d "$C" ] && [ -f .devpack/devcarry.tar.xz ]; then tar xJf .devpack/devcarry.tar.xz; fi
@@ -70,7 +71,7 @@ else
   # Level 1 spread over its families first (1, 5, 9, ..., then 2, 6, ...): a run cut short by
   # END still samples every family.
   while read -r f; do files+=("$f"); done < <(for f in "$KB"/*.py; do n=$(basename "$f" | cut -d_ -f1)
-    echo "$(((n - 1) % 4)) $n $f"; done | sort -k1,1n -k2,2n | cut -d' ' -f3-)
+    echo "$(((n - 1) % 4)) $n $f"; done | sort -k1,1n -k2,2n | cut -d' ' -f3- | tail -n +"${FROM:-1}")
 fi
 start=$(date +%s)
 # END (seconds since the epoch) bounds the suite instead of TOTAL when set.
