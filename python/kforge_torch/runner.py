@@ -1,12 +1,13 @@
 """The worker's PyTorch reference: a jailed process that runs the tenant's module.
 
-The worker starts it (kforge-sandbox --python: files, network, signals and new processes closed
-before Python starts) and asks, over frames (protocol.py):
+The worker starts it (kforge-sandbox --python: files closed before Python starts; network,
+signals, IPC and new processes once torch has opened its device, jail.py, before any request)
+and asks, over frames (protocol.py):
   hello                     torch's version, the device, whether torch.compile is there
-  load  {set, source, filename, constants, seed, max_state_bytes}
+  load  {set, problem, source, filename, constants, seed, max_state_bytes}
                             builds Model(*get_init_inputs()) of that size set from a seeded
                             initialisation; answers its state_dict entries (the candidate's
-                            read-only inputs) with their bytes
+                            read-only inputs) with their bytes. Another problem's modules go.
   run   {set, inputs}       forward() on the worker's inputs; answers the outputs
   time  {set, mode, sets, warmup, min_samples, max_samples, min_seconds, max_seconds}
                             times forward() (eager, or torch.compile's) rotating over input sets,
@@ -59,7 +60,9 @@ def load(req, _):
     if req.get("problem") != PROBLEM:
         # Another problem's modules go (a worker serves many): their memory, on the GPU too.
         MODELS.clear()
-        COMPILED.clear()
+        if COMPILED:
+            COMPILED.clear()
+            torch._dynamo.reset()  # torch.compile's own caches of the graphs it compiled
         if DEVICE.startswith("cuda"):
             torch.cuda.empty_cache()
         PROBLEM = req.get("problem")
@@ -165,8 +168,8 @@ _FLUSH = []
 
 
 def _flush_buffer():
-    """Bytes to overwrite before each timed call: twice the GPU's L2 (H200: 60 MB), 256 MB where
-    torch does not say."""
+    """Bytes to overwrite before each timed call: twice the GPU's L2, 256 MB where torch does not
+    say."""
     if not _FLUSH:
         l2 = getattr(torch.cuda.get_device_properties(DEVICE), "L2_cache_size", 0) or (128 << 20)
         _FLUSH.append(torch.empty(2 * l2, dtype=torch.uint8, device=DEVICE))

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -85,7 +86,10 @@ Evaluator::BackendState& Evaluator::StateFor(v1::Backend backend) {
     slot->torch_options = options_.torch;
     // The baseline runs where the candidates do: torch on the GPU for CUDA kernels (an OpenCL
     // device keeps the runner's choice, the CPU unless configured).
-    if (slot->torch_options.device.empty() && backend == v1::BACKEND_CUDA) slot->torch_options.device = "cuda:0";
+    if (slot->torch_options.device.empty() && backend == v1::BACKEND_CUDA) {
+      const char* ordinal = std::getenv("KFORGE_CUDA_DEVICE");  // the CUDA sandbox's device
+      slot->torch_options.device = absl::StrCat("cuda:", ordinal != nullptr && *ordinal ? std::atoi(ordinal) : 0);
+    }
   }
   return *slot;
 }

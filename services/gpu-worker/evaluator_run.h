@@ -42,6 +42,21 @@ struct Evaluator::ProblemData {
   std::map<int, v1::TimingStats> compiled_timing;
   std::set<int> compile_loaded;  // size sets built in torch_compile's process of compile_generation
   int compile_generation = -1;
+
+  // Forgets the module's state (its process no longer holds the module) and, with `outputs`, the
+  // reference's outputs, and the bytes they held.
+  void ForgetTorchState(bool outputs) {
+    for (const auto& [set, bufs] : torch_state) {
+      for (const auto& [name, bytes] : bufs) this->bytes -= static_cast<int64_t>(bytes.size());
+    }
+    torch_state.clear();
+    compile_loaded.clear();
+    if (!outputs) return;
+    for (const auto& [key, bufs] : ref_outputs) {
+      for (const auto& [name, bytes] : bufs) this->bytes -= static_cast<int64_t>(bytes.size());
+    }
+    ref_outputs.clear();
+  }
   std::map<int, std::string> compile_failed;  // by size set: why torch.compile could not be timed
 };
 

@@ -44,8 +44,7 @@ absl::StatusOr<TorchRunner*> Evaluator::Run::Torch() {
     // The processes hold one problem's modules at a time (a fleet worker serves many tenants): the
     // one held before is built again when it comes back.
     if (auto it = st_.problems.find(st_.torch_problem); it != st_.problems.end()) {
-      it->second->torch_state.clear();
-      it->second->compile_loaded.clear();
+      it->second->ForgetTorchState(/*outputs=*/false);
     }
     st_.torch_problem = key_;
   }
@@ -67,8 +66,7 @@ absl::Status Evaluator::Run::EnsureTorchState(int set) {
   if (data_->torch_generation != runner->generation()) {
     // A new process knows no module: every size set's is loaded again (with the same seed, so
     // the same state and the same answers as before).
-    data_->torch_state.clear();
-    data_->ref_outputs.clear();
+    data_->ForgetTorchState(/*outputs=*/true);
     data_->torch_generation = runner->generation();
   }
   if (data_->torch_state.contains(set)) return absl::OkStatus();

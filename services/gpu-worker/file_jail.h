@@ -46,8 +46,8 @@ FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
 int LandlockAbi();
 
 // The jail as Landlock's system calls take it: the ruleset's attribute (as many bytes as this
-// kernel's ABI knows) and a rule (path, allowed access) per path that exists. ApplyFileJail
-// applies one; the PyTorch process applies one itself once torch has opened its device.
+// kernel's ABI knows) and a rule (path, allowed access) per path that exists, as ApplyFileJail
+// applies them.
 struct LandlockPlan {
   std::string ruleset_attr;
   std::vector<std::pair<std::string, uint64_t>> rules;

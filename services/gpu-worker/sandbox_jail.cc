@@ -173,26 +173,19 @@ absl::StatusOr<JailReport> JailSelf(const JailOptions& o) {
   return JailReport{.summary = Summary(landlock, o.allow_fork), .landlock_abi = landlock.abi};
 }
 
-std::string JailPlanJson(const JailOptions& o) {
-  nlohmann::json plan = nlohmann::json::object();
-  absl::StatusOr<LandlockPlan> files = PlanFileJail(FilesOf(o));
-  if (files.ok()) {
-    nlohmann::json rules = nlohmann::json::array();
-    for (const auto& [path, access] : files->rules) rules.push_back({path, access});
-    plan["landlock"] = {{"create", SYS_landlock_create_ruleset},
-                        {"add", SYS_landlock_add_rule},
-                        {"restrict", SYS_landlock_restrict_self},
-                        {"attr", absl::BytesToHexString(files->ruleset_attr)},
-                        {"rules", rules}};
-    plan["summary"] = Summary(files->applied, o.allow_fork);
-  } else {
-    plan["landlock_error"] = absl::StrCat("files are not restricted: ", files.status().message());
-    plan["summary"] = Summary(LandlockApplied{}, o.allow_fork);
-  }
+absl::Status JailFiles(const JailOptions& o, LandlockApplied* applied) {
+  const absl::Status fs = ApplyFileJail(FilesOf(o), applied);
+  if (!fs.ok()) return absl::Status(fs.code(), absl::StrCat("files are not restricted: ", fs.message()));
+  return absl::OkStatus();
+}
+
+std::string SeccompPlanJson(const JailOptions& o, const LandlockApplied& files) {
   const std::vector<sock_filter> code = SeccompProgram(o.allow_fork).Finish();
-  plan["seccomp"] = {{"nr", SYS_seccomp},
-                     {"filter", absl::BytesToHexString(std::string(reinterpret_cast<const char*>(code.data()),
-                                                                   code.size() * sizeof(sock_filter)))}};
+  nlohmann::json plan = {
+      {"seccomp", {{"nr", SYS_seccomp},
+                   {"filter", absl::BytesToHexString(std::string(reinterpret_cast<const char*>(code.data()),
+                                                                 code.size() * sizeof(sock_filter)))}}},
+      {"summary", Summary(files, o.allow_fork)}};
   return plan.dump();
 }
 

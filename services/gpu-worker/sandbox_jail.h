@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/gpu-worker/file_jail.h"
 #include "kforge/v1/problem.pb.h"
 
 namespace kforge::worker {
@@ -41,12 +42,16 @@ struct JailReport {
 // means the process is NOT fully jailed; what did apply stays applied.
 [[nodiscard]] absl::StatusOr<JailReport> JailSelf(const JailOptions& options);
 
-// The same jail for a process that applies it to itself later: the PyTorch process, which opens
-// its device first (the CUDA driver does not initialise inside the jail; kforge-sandbox opens its
-// device first too) and jails itself before it reads a request (python/kforge_torch/jail.py). JSON:
-// Landlock's system call numbers, ruleset attribute (hex) and rules ([path, access]), the seccomp
-// filter (hex of its sock_filter instructions) and the summary JailSelf would report.
-std::string JailPlanJson(const JailOptions& options);
+// The jail in two steps, for the PyTorch process, whose device must open between them (the
+// CUDA driver does not initialise inside the whole jail): JailFiles applies the files part now,
+// before Python starts, so that every thread the process will have is under it (Landlock binds
+// the threads that exist when it is applied and what they start); SeccompPlanJson is the rest,
+// which the process applies to all its threads at once (seccomp's thread sync) once torch has
+// opened its device, before it reads a request (python/kforge_torch/jail.py). JSON: the seccomp
+// system call's number, the filter (hex of its sock_filter instructions) and the summary JailSelf
+// would report.
+[[nodiscard]] absl::Status JailFiles(const JailOptions& options, LandlockApplied* applied);
+std::string SeccompPlanJson(const JailOptions& options, const LandlockApplied& files);
 
 // Only the seccomp part (the tests of the filter use it alone).
 [[nodiscard]] absl::Status ApplySeccompJail(bool allow_fork);

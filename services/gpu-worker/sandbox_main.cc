@@ -33,11 +33,12 @@ namespace {
 
 using namespace kforge;
 
-// Becomes PYTHON running kforge_torch.runner (which speaks on stdin and stdout). The runner jails
-// itself (kforge_torch/jail.py) with the plan handed over in KFORGE_JAIL_PLAN once torch has
-// opened its device and before it reads a request: the CUDA driver does not initialise inside the
-// jail, and the tenant's module arrives only in a request. A required jail that cannot be had
-// ends the runner with status 5 (kExitNotJailed); 127 when PYTHON cannot be executed.
+// Jails this process's files and becomes PYTHON running kforge_torch.runner (which speaks on
+// stdin and stdout). The runner applies the rest of the jail (seccomp: network, signals, IPC, new
+// processes; the plan in KFORGE_JAIL_PLAN) once torch has opened its device and before it reads a
+// request: the CUDA driver does not initialise inside the whole jail, and the tenant's module
+// arrives only in a request. Status 5 (kExitNotJailed) when a required jail cannot be had (the
+// runner exits so too); 127 when PYTHON cannot be executed.
 int RunPython(const std::string& python, const std::string& package, bool allow_fork, bool jail, bool require_jail,
               worker::JailOptions jo) {
   if (jail) {
@@ -47,13 +48,19 @@ int RunPython(const std::string& python, const std::string& package, bool allow_
     for (const char* etc : {"/etc/python3", "/etc/python3.11", "/etc/python3.12", "/etc/python3.13"}) {
       jo.extra_read.emplace_back(etc);
     }
-    setenv("KFORGE_JAIL_PLAN", worker::JailPlanJson(jo).c_str(), 1);
+    worker::LandlockApplied files;
+    if (absl::Status st = worker::JailFiles(jo, &files); !st.ok()) {
+      std::fprintf(stderr, "kforge-sandbox: the PyTorch process is not jailed: %s\n", std::string(st.message()).c_str());
+      if (require_jail) return worker::kExitNotJailed;
+    }
+    setenv("KFORGE_JAIL_PLAN", worker::SeccompPlanJson(jo, files).c_str(), 1);
     setenv("KFORGE_JAIL_REQUIRED", require_jail ? "1" : "0", 1);
   } else if (require_jail) {
     std::fprintf(stderr, "kforge-sandbox: the PyTorch process is not jailed (sandbox.restrict_files is off)\n");
     return worker::kExitNotJailed;
   } else {
     unsetenv("KFORGE_JAIL_PLAN");
+    unsetenv("KFORGE_JAIL_REQUIRED");
   }
   const std::string code = absl::StrCat("import sys; sys.path.insert(0, ", "'", package, "'",
                                         "); from kforge_torch import runner; runner.main()");
