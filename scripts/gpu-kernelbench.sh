@@ -42,23 +42,38 @@ preflight() {
     --timeout 30 --out "$W/preflight" > "$W/preflight.txt" 2> "$W/preflight.err"
   grep -q "19_ReLU: correct" "$W/preflight.err"
 }
+# A kforge-sandbox that changes the PyTorch process's arguments: "strip" drops its jail, anything
+# else is added (--read / --write PATH) to tell which part of the jail stops CUDA.
+wrap() {
+  mkdir -p /tmp/kfs && cp "$REAL_SANDBOX" /tmp/kfs/kforge-sandbox.real && chmod 755 /tmp/kfs /tmp/kfs/kforge-sandbox.real
+  cat > /tmp/kfs/kforge-sandbox <<SH
+#!/bin/bash
+case " \$* " in
+  *" --python "*) a=(); for x in "\$@"; do
+                    if [ "$1" = strip ]; then [ "\$x" = --jail ] || [ "\$x" = --require-jail ] || a+=("\$x"); else a+=("\$x"); fi
+                  done
+                  [ "$1" = strip ] || a+=($1)
+                  exec /tmp/kfs/kforge-sandbox.real "\${a[@]}" ;;
+esac
+exec /tmp/kfs/kforge-sandbox.real "\$@"
+SH
+  chmod 755 /tmp/kfs/kforge-sandbox
+  export KFORGE_SANDBOX_BINARY=/tmp/kfs/kforge-sandbox
+}
+REAL_SANDBOX=$KFORGE_SANDBOX_BINARY
 if preflight; then
   log "preflight: 19_ReLU correct with the PyTorch process jailed"
 else
   log "preflight FAILED jailed: $(grep -v '^ *$' "$W/preflight.txt" | tail -1)"
   cp "$W/preflight.err" "$W/preflight-jailed.err"
   if [ "${NOJAIL_FALLBACK:-1}" = 1 ]; then
-    mkdir -p /tmp/kfs && cp "$KFORGE_SANDBOX_BINARY" /tmp/kfs/kforge-sandbox.real && chmod 755 /tmp/kfs /tmp/kfs/kforge-sandbox.real
-    cat > /tmp/kfs/kforge-sandbox <<'SH'
-#!/bin/bash
-case " $* " in
-  *" --python "*) a=(); for x in "$@"; do [ "$x" = --jail ] || [ "$x" = --require-jail ] || a+=("$x"); done
-                  exec /tmp/kfs/kforge-sandbox.real "${a[@]}" ;;
-esac
-exec /tmp/kfs/kforge-sandbox.real "$@"
-SH
-    chmod 755 /tmp/kfs/kforge-sandbox
-    export KFORGE_SANDBOX_BINARY=/tmp/kfs/kforge-sandbox
+    # Which part of the files jail: any file readable, then /dev/shm and /tmp writable too.
+    for extra in "--read /" "--read / --write /dev/shm --write /tmp"; do
+      wrap "$extra"
+      if preflight; then log "preflight: correct jailed with $extra added (diagnosis only)"; break; fi
+      log "preflight FAILED jailed with $extra added"
+    done
+    wrap strip
     if preflight; then log "preflight: correct with the PyTorch process NOT jailed: the suite below runs so"
     else log "preflight FAILED unjailed too: $(grep -v '^ *$' "$W/preflight.txt" | tail -1)"; fi
   fi
