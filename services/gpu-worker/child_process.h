@@ -50,9 +50,9 @@ absl::StatusOr<ChildUser> PrepareChild(const std::string& binary, int64_t run_as
 // Gives `dir` to the child's user (when it changes user).
 absl::Status GiveToChild(const std::string& dir, const ChildUser& user);
 
-// The child's environment: HOME and TMPDIR its folder, USER and LOGNAME kforge, then `extra` ("KEY=value"), then the
-// variables of this process named by `allow` (a trailing '*' matches a prefix) whose key `extra`
-// does not set, and a PATH if none came.
+// The child's environment: HOME and TMPDIR its folder, USER and LOGNAME kforge, then `extra`
+// ("KEY=value"), then the variables of this process named by `allow` (a trailing '*' matches a
+// prefix) whose key `extra` does not set, and a PATH if none came.
 std::vector<std::string> ChildEnvironment(const std::string& work_dir, const std::vector<std::string>& allow,
                                           const std::vector<std::string>& extra);
 

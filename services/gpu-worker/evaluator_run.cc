@@ -160,9 +160,7 @@ Sandbox::CallResult Evaluator::Run::RunCalls(int program, const std::vector<v1::
     run->set_flush_cache(p_.backend() == v1::BACKEND_CUDA);
   }
   run->set_share_outputs_min_bytes(ev_.options_.share_outputs_min_bytes);
-  double timeout =
-      req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
-  Sandbox::CallResult r = sb_->Call(req, timeout);
+  Sandbox::CallResult r = sb_->Call(req, RunTimeout());
   // A failed run may have stored only some of its inputs: start the sandbox's copies afresh.
   if (!RunSucceeded(r)) st_.resident.Abandon();
   return r;

@@ -64,7 +64,7 @@ struct Evaluator::BackendState {
   explicit BackendState(int64_t resident_bytes) : resident(resident_bytes) {}
   std::mutex mu;
   std::unique_ptr<Sandbox> sandbox;
-  TorchOptions torch_options;          // on this backend's device (TorchOptionsFor)
+  TorchOptions torch_options;          // on this backend's device (StateFor)
   std::unique_ptr<TorchRunner> torch;  // PyTorch references' process (made when first needed)
   // torch.compile's process: its compiler starts processes, which the reference's process may
   // not, so the baseline that needs them runs apart (made when first needed).
@@ -173,6 +173,11 @@ class Evaluator::Run {
   absl::StatusOr<TorchRunner*> Torch();
   absl::StatusOr<TorchRunner*> CompileTorch(int set);  // torch.compile's process, the module built
   std::string TorchSet(int set) const;                 // a size set's name in the processes
+  // One sandboxed run's (or one run of the module's code) wall-clock limit: the request's, else
+  // the worker's.
+  double RunTimeout() const {
+    return req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  }
   absl::StatusOr<std::vector<TorchTensor>> LoadModule(TorchRunner& runner, int set);
   absl::Status EnsureTorchState(int set);
   absl::Status EnsureTorchReference(int set, int index);

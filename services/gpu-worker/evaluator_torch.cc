@@ -109,7 +109,7 @@ absl::StatusOr<std::vector<TorchTensor>> Evaluator::Run::LoadModule(TorchRunner&
                                     nullptr, 16);
   // Building the module is one run of its code: the same watchdog (a module that hangs in its
   // import or __init__ holds the worker no longer than a kernel that hangs).
-  const double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  const double timeout = RunTimeout();
   return runner.Load(TorchSet(set), key_, p_.reference().pytorch(), Constants(p_, set), seed,
                      ev_.options_.problem_limits.max_problem_bytes, timeout);
 }
@@ -186,7 +186,7 @@ absl::Status Evaluator::Run::EnsureTorchReference(int set, int index) {
   KF_ASSIGN_OR_RETURN(TorchRunner * runner, Torch());
   std::vector<std::string> scalars;
   const std::vector<TorchTensor> inputs = ModuleInputs(p_, set, Inputs(set, index), &scalars);
-  const double timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
+  const double timeout = RunTimeout();
   KF_ASSIGN_OR_RETURN(std::vector<TorchTensor> outs, runner->Run(TorchSet(set), inputs, timeout));
   const auto& names = p_.reference().pytorch().outputs();
   if (outs.size() != static_cast<size_t>(names.size())) {
@@ -235,8 +235,7 @@ absl::StatusOr<std::vector<double>> Evaluator::Run::TimeTorch(int set, const std
                   .max_seconds = ev_.options_.max_bench_seconds * 4};
   // torch.compile compiles on its first call (seconds, more on a GPU): a deadline of its own, a
   // few of the request's, so that a compiler that hangs holds the worker a bounded time.
-  const double run_timeout = req_.timeout_seconds() > 0 ? req_.timeout_seconds() : ev_.options_.run_timeout_seconds;
-  const double timeout = mode == "compile" ? std::min(ev_.options_.max_timeout_seconds, std::max(120.0, 4 * run_timeout))
+  const double timeout = mode == "compile" ? std::min(ev_.options_.max_timeout_seconds, std::max(120.0, 4 * RunTimeout()))
                                            : ev_.options_.run_timeout_seconds;
   return runner->Time(TorchSet(set), mode, sets, s, timeout);
 }

@@ -87,7 +87,7 @@ FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
   return j;
 }
 
-absl::StatusOr<LandlockPlan> PlanFileJail(const FileJail& jail) {
+absl::Status ApplyFileJail(const FileJail& jail, LandlockApplied* applied) {
   const int abi = LandlockAbi();
   if (abi <= 0) {
     return absl::UnavailableError(absl::StrCat("Landlock is not available on this kernel (",
@@ -101,58 +101,47 @@ absl::StatusOr<LandlockPlan> PlanFileJail(const FileJail& jail) {
   RulesetAttr attr;
   attr.handled_access_fs = handled;
   size_t attr_size = sizeof(uint64_t);
-  LandlockPlan plan;
-  plan.applied.abi = abi;
+  LandlockApplied got{.abi = abi};
   if (abi >= 4) {
     attr_size = 2 * sizeof(uint64_t);
     // Handled with no rule granting any port: every TCP bind and connect is refused.
     if (jail.deny_tcp) attr.handled_access_net = kAccessNetBindTcp | kAccessNetConnectTcp;
-    plan.applied.tcp = jail.deny_tcp;
+    got.tcp = jail.deny_tcp;
   }
   if (abi >= 6) {
     attr_size = sizeof(RulesetAttr);
     if (jail.scope_signals_and_sockets) attr.scoped = kScopeAbstractUnixSocket | kScopeSignal;
-    plan.applied.scoped = jail.scope_signals_and_sockets;
+    got.scoped = jail.scope_signals_and_sockets;
   }
-  plan.ruleset_attr.assign(reinterpret_cast<const char*>(&attr), attr_size);
-  auto add = [&](const std::string& path, bool write) {
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) return;  // not on this machine
-    const bool dir = S_ISDIR(st.st_mode);
-    uint64_t access = (dir ? (write ? kDirWrite : kDirRead) : (write ? kFileWrite : kFileRead)) & handled;
-    if (write && abi >= 3) access |= kAccessFsTruncate;
-#ifdef LANDLOCK_ACCESS_FS_REFER
-    if (write && dir && abi >= 2) access |= LANDLOCK_ACCESS_FS_REFER;
-#endif
-    plan.rules.emplace_back(path, access);
-  };
-  for (const auto& p : jail.read_only) add(p, false);
-  for (const auto& p : jail.read_write) add(p, true);
-  return plan;
-}
-
-absl::Status ApplyFileJail(const FileJail& jail, LandlockApplied* applied) {
-  absl::StatusOr<LandlockPlan> plan = PlanFileJail(jail);
-  if (!plan.ok()) return plan.status();
-  const int ruleset = static_cast<int>(
-      syscall(SYS_landlock_create_ruleset, plan->ruleset_attr.data(), plan->ruleset_attr.size(), 0));
+  const int ruleset = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0));
   if (ruleset < 0) {
     return absl::InternalError(absl::StrCat("landlock_create_ruleset: ", std::strerror(errno)));
   }
-  absl::Status st;
-  for (const auto& [path, access] : plan->rules) {
+  auto add = [&](const std::string& path, bool write) -> absl::Status {
     const int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
-    if (fd < 0) continue;  // gone since the plan
+    if (fd < 0) return absl::OkStatus();  // not on this machine
+    struct stat st {};
+    fstat(fd, &st);
+    const bool dir = S_ISDIR(st.st_mode);
     landlock_path_beneath_attr rule{};
     rule.parent_fd = fd;
-    rule.allowed_access = access;
+    rule.allowed_access = (dir ? (write ? kDirWrite : kDirRead) : (write ? kFileWrite : kFileRead)) & handled;
+    if (write && abi >= 3) rule.allowed_access |= kAccessFsTruncate;
+#ifdef LANDLOCK_ACCESS_FS_REFER
+    if (write && dir && abi >= 2) rule.allowed_access |= LANDLOCK_ACCESS_FS_REFER;
+#endif
     const long r = syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
     const int err = errno;
     close(fd);
-    if (r < 0) {
-      st = absl::InternalError(absl::StrCat("landlock_add_rule ", path, ": ", std::strerror(err)));
-      break;
-    }
+    if (r < 0) return absl::InternalError(absl::StrCat("landlock_add_rule ", path, ": ", std::strerror(err)));
+    return absl::OkStatus();
+  };
+  absl::Status st;
+  for (const auto& p : jail.read_only) {
+    if (st.ok()) st = add(p, false);
+  }
+  for (const auto& p : jail.read_write) {
+    if (st.ok()) st = add(p, true);
   }
   if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     st = absl::InternalError(absl::StrCat("PR_SET_NO_NEW_PRIVS: ", std::strerror(errno)));
@@ -161,7 +150,7 @@ absl::Status ApplyFileJail(const FileJail& jail, LandlockApplied* applied) {
     st = absl::InternalError(absl::StrCat("landlock_restrict_self: ", std::strerror(errno)));
   }
   close(ruleset);
-  if (st.ok() && applied != nullptr) *applied = plan->applied;
+  if (st.ok() && applied != nullptr) *applied = got;
   return st;
 }
 

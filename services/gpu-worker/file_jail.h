@@ -7,13 +7,10 @@
 // so a compiler fooled into `#include "/etc/passwd"` (past the include screen) cannot open the
 // file: the screen is the first line, this is the second.
 
-#include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "kforge/v1/problem.pb.h"
 
 namespace kforge::worker {
@@ -44,16 +41,6 @@ FileJail SandboxJail(v1::Backend backend, const std::string& work_dir,
 
 // Whether this kernel supports Landlock (0 if not; else its ABI version).
 int LandlockAbi();
-
-// The jail as Landlock's system calls take it: the ruleset's attribute (as many bytes as this
-// kernel's ABI knows) and a rule (path, allowed access) per path that exists, as ApplyFileJail
-// applies them.
-struct LandlockPlan {
-  std::string ruleset_attr;
-  std::vector<std::pair<std::string, uint64_t>> rules;
-  LandlockApplied applied;
-};
-[[nodiscard]] absl::StatusOr<LandlockPlan> PlanFileJail(const FileJail& jail);
 
 // Applies the jail to this process for good. Paths that do not exist are skipped. Unavailable
 // (old kernel, Landlock disabled) is an error the caller decides about. `applied` (optional) says

@@ -163,20 +163,20 @@ std::string Summary(const LandlockApplied& landlock, bool allow_fork) {
 
 }  // namespace
 
-absl::StatusOr<JailReport> JailSelf(const JailOptions& o) {
-  LandlockApplied landlock;
-  const absl::Status fs = ApplyFileJail(FilesOf(o), &landlock);
-  // The filter goes on whatever Landlock said: what can be closed is closed.
-  const absl::Status sc = ApplySeccompJail(o.allow_fork);
-  if (!fs.ok()) return absl::Status(fs.code(), absl::StrCat("files are not restricted: ", fs.message()));
-  if (!sc.ok()) return absl::Status(sc.code(), absl::StrCat("sockets and signals are not restricted: ", sc.message()));
-  return JailReport{.summary = Summary(landlock, o.allow_fork), .landlock_abi = landlock.abi};
-}
-
 absl::Status JailFiles(const JailOptions& o, LandlockApplied* applied) {
   const absl::Status fs = ApplyFileJail(FilesOf(o), applied);
   if (!fs.ok()) return absl::Status(fs.code(), absl::StrCat("files are not restricted: ", fs.message()));
   return absl::OkStatus();
+}
+
+absl::StatusOr<JailReport> JailSelf(const JailOptions& o) {
+  LandlockApplied landlock;
+  const absl::Status fs = JailFiles(o, &landlock);
+  // The filter goes on whatever Landlock said: what can be closed is closed.
+  const absl::Status sc = ApplySeccompJail(o.allow_fork);
+  if (!fs.ok()) return fs;
+  if (!sc.ok()) return absl::Status(sc.code(), absl::StrCat("sockets and signals are not restricted: ", sc.message()));
+  return JailReport{.summary = Summary(landlock, o.allow_fork), .landlock_abi = landlock.abi};
 }
 
 std::string SeccompPlanJson(const JailOptions& o, const LandlockApplied& files) {

@@ -342,8 +342,14 @@ absl::StatusOr<std::vector<TorchTensor>> TorchRunner::Load(const std::string& se
       c[k] = v;
     }
   }
-  const Json req = {{"op", "load"},   {"set", set}, {"problem", problem},   {"source", ref.source()}, {"filename", ref.source_file()},
-                    {"constants", c}, {"seed", seed}, {"max_state_bytes", max_state_bytes}};
+  const Json req = {{"op", "load"},
+                    {"set", set},
+                    {"problem", problem},
+                    {"source", ref.source()},
+                    {"filename", ref.source_file()},
+                    {"constants", c},
+                    {"seed", seed},
+                    {"max_state_bytes", max_state_bytes}};
   KF_ASSIGN_OR_RETURN(auto answer, Call(req.dump(), {}, timeout));
   KF_ASSIGN_OR_RETURN(Json j, Answer(answer));
   answer_payload_ = std::move(answer.second);

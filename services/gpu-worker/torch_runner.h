@@ -6,8 +6,8 @@
 // (python/kforge_torch/runner.py), started through kforge-sandbox --python, which restricts its
 // files before Python starts; the runner closes network, signals, IPC and new processes itself
 // once torch has opened its device, before any request (sandbox_jail.h JailFiles,
-// SeccompPlanJson), with the child hygiene of child_process.h. The tenant's Python never runs in the worker, the coordinator or
-// the proxy: only here. A request that overruns its timeout kills the process; the next request
+// SeccompPlanJson), with the child hygiene of child_process.h. The tenant's Python never runs
+// in the worker, the coordinator or the proxy: only here. A request that overruns its timeout kills the process; the next request
 // starts a fresh one. `kforge import` uses the same process to describe a module file.
 
 #include <atomic>
