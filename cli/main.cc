@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10));
   run->add_option("--confirm-rounds", run_args.confirm_rounds, "rounds of that re-measurement (default 9)")
       ->check(CLI::Range(1, 50));
+  run->add_flag("--compile-ahead,!--no-compile-ahead", run_args.compile_ahead,
+                "on a device that is not the host's CPU, each worker takes a second candidate and compiles it "
+                "in a builder sandbox while the first runs (default on; PoCL never)");
   run->add_flag("--always-remeasure", run_args.always_remeasure,
                 "re-measure the finalists even when their own benchmarks already rank the best beyond their "
                 "intervals (by default those are not re-measured)");

@@ -55,6 +55,10 @@ bool RunInterrupted() { return g_stop.load(); }
 
 namespace {
 
+// Whether a worker with this device compiles a waiting candidate while another runs (the
+// evaluator's builders work only where the device is not the host's CPU).
+bool CompilesAhead(const v1::HelloResponse& hello) { return hello.available() && !hello.host_device(); }
+
 int BadInput(const std::string& msg) {
   std::cerr << "kforge run: " << msg << "\n";
   return 2;
@@ -141,13 +145,25 @@ int RunJob(const RunArgs& given) {
     // Python and torch only for a PyTorch reference: importing torch is over a second of a short
     // run (Probe starts the runner to learn the torch version the device reports).
     eo.torch_enabled = problem->reference().has_pytorch();
+    // Builder and runner: on a device that is not the host's CPU, a worker takes a second candidate
+    // and a builder sandbox compiles it while the first runs (the Evaluator keeps it off on PoCL).
+    eo.compile_threads = args.compile_ahead ? 1 : 0;
     evaluators.push_back(std::make_unique<worker::Evaluator>(eo, clock, log));
     worker::Evaluator* evaluator = evaluators.back().get();  // the vector may grow meanwhile
     threads.emplace_back([&, i, evaluator] {
-      hellos[i].set_value(problem->backend() == v1::BACKEND_REPLAY ? v1::HelloResponse()
-                                                                   : evaluator->Probe(problem->backend()));
+      const v1::HelloResponse hello = problem->backend() == v1::BACKEND_REPLAY
+                                          ? v1::HelloResponse()
+                                          : evaluator->Probe(problem->backend());
+      hellos[i].set_value(hello);
       const std::string stream = stream_ready.get();
       if (stream.empty()) return;
+      std::jthread second;
+      if (args.compile_ahead && CompilesAhead(hello)) {
+        second = std::jthread([&, i, evaluator, stream] {
+          worker::QueueWorker w(*worker_queue_ptr, *evaluator, stream, absl::StrCat("local-", i, "b"), log);
+          w.Run(workers_stop);
+        });
+      }
       worker::QueueWorker w(*worker_queue_ptr, *evaluator, stream, absl::StrCat("local-", i), log);
       w.Run(workers_stop);
     });
@@ -230,8 +246,10 @@ int RunJob(const RunArgs& given) {
   }
   Mutator& mutator = remote ? static_cast<Mutator&>(*remote) : static_cast<Mutator&>(mixed);
   std::string device_class;
+  int in_flight = 0;  // candidates the workers take at once: two where one compiles ahead
   for (int i = 0; i < args.workers; ++i) {
     const v1::HelloResponse hello = hello_futures[i].get();
+    in_flight += args.compile_ahead && CompilesAhead(hello) ? 2 : 1;
     if (problem->backend() != v1::BACKEND_REPLAY) {
       if (!hello.available()) {
         std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "
@@ -247,7 +265,7 @@ int RunJob(const RunArgs& given) {
     }
   }
   coordinator::JobRunner runner(**store, queue, mutator, clock, log,
-                                {.slots = args.workers,
+                                {.slots = in_flight,
                                  .device_class = device_class,
                                  .finalists = args.finalists,
                                  .confirm_rounds = args.confirm_rounds,

@@ -37,6 +37,7 @@ struct RunArgs {
   int confirm_rounds = 9;
   int confirm_every = 100;     // ... and every this many evaluations; 0 = at the end only
   bool always_remeasure = false;  // ... even when their benchmarks already separate the best
+  bool compile_ahead = true;      // a second candidate per worker, compiled while one runs (not PoCL)
   bool fresh = false;          // measure every candidate; no earlier job's evaluation is reused
   std::string cache_dir = DefaultCacheDir();  // the runtimes' kernel caches; "" = none kept
   // A PyTorch module file (FILE.py) instead of a folder: imported (kforge import) with these.

@@ -4,7 +4,7 @@
 # Budget: about 2.5 minutes on an H200 (11 at most, by the timeouts). The device tool returns at
 # most 8 files, so the reports are written to a work folder and packed into $OUT/gpu-check.tgz
 # (summary.txt is also returned on its own). STEPS="hostile fill bincache" runs only those of
-# hostile, fill, examples, runs, bincache, compile, cublas (default: all).
+# hostile, fill, examples, runs, bincache, overlap, compile, cublas (default: all).
 set -u
 C=${C:-.devcarry}
 if [ ! -d "$C" ] && [ -f .devpack/devcarry.tar.xz ]; then tar xJf .devpack/devcarry.tar.xz; fi
@@ -66,6 +66,20 @@ for pass in first fresh; do
   grep -E '^\| compile ' "$OUT/bincache-$pass/report.md" 2>/dev/null | sed "s/^/$pass: /" | tee -a "$OUT/summary.txt"
 done
 echo "binaries cached: $(ls "$OUT/bincache/binaries" 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
+fi
+
+if want overlap; then
+log "builder and runner: candidates per minute with and without compiling ahead (alternated, 3 rounds)"
+for round in 1 2 3; do
+  for mode in compile-ahead no-compile-ahead; do
+    S=$(date +%s.%N)
+    timeout 120 "$K" run examples/cuda/matmul --budget 24 --seed $round --workers 1 --db "$OUT/overlap-$mode-$round.db" \
+        --out "$OUT/overlap-$mode-$round" --cache-dir "$OUT/overlap-cache-$mode-$round" --$mode > "$OUT/overlap-$mode-$round.txt" 2>&1
+    rc=$?
+    E=$(date +%s.%N)
+    echo "round $round $mode: rc=$rc $(python3 -c "print(f'{24*60/($E-$S):.1f} candidates/min, {$E-$S:.1f} s')")" | tee -a "$OUT/summary.txt"
+  done
+done
 fi
 
 if want compile; then

@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
+#include "absl/cleanup/cleanup.h"
 #include "services/gpu-worker/evaluator_run.h"
 
 namespace kforge::worker {
@@ -83,6 +84,9 @@ Evaluator::BackendState& Evaluator::StateFor(v1::Backend backend) {
   if (slot == nullptr) {
     slot = std::make_unique<BackendState>(options_.resident_input_bytes);
     slot->sandbox = std::make_unique<Sandbox>(options_.sandbox, backend);
+    if (options_.compile_threads > 0 && backend != v1::BACKEND_REPLAY) {
+      slot->ahead = std::make_unique<CompileAhead>(options_.sandbox, backend, options_.compile_threads);
+    }
     slot->torch_options = options_.torch;
     // The baseline runs where the candidates do: torch on the GPU for CUDA kernels (an OpenCL
     // device keeps the runner's choice, the CPU unless configured).
@@ -111,6 +115,7 @@ v1::HelloResponse Evaluator::Probe(v1::Backend backend) {
     return out;
   }
   v1::HelloResponse hello = *h;
+  if (hello.available()) st.host_device = hello.host_device() ? 1 : 0;
   // PyTorch references run beside this backend's sandbox: the device says whether this worker
   // takes them (and the coordinator routes them by it).
   if (options_.torch_enabled && hello.available()) {
@@ -214,13 +219,36 @@ absl::Status Evaluator::CheckRequest(const v1::EvaluationRequest& req) const {
 void Evaluator::Interrupt() {
   interrupted_ = true;
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [backend, st] : backends_) st->sandbox->Interrupt();
+  for (auto& [backend, st] : backends_) {
+    st->sandbox->Interrupt();
+    if (st->ahead != nullptr) st->ahead->Interrupt();
+  }
+}
+
+int64_t Evaluator::compiled_ahead() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [backend, st] : backends_) n += st->ahead != nullptr ? st->ahead->built() : 0;
+  return n;
 }
 
 void Evaluator::EvaluateOnce(const v1::EvaluationRequest& req, const std::string& problem_key,
                              v1::EvaluationResult& res) {
   BackendState& st = StateFor(req.problem().backend());
-  std::lock_guard<std::mutex> lock(st.mu);
+  std::unique_lock<std::mutex> lock(st.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    // Another candidate holds the device: compile this one meanwhile (builder and runner).
+    const int host = st.host_device.load();
+    if (st.ahead != nullptr && host >= 0 && (host == 0 || options_.compile_ahead_on_host_device)) {
+      const bool built = st.ahead->Build(req.problem(), req.candidate(), options_.screen,
+                                         options_.compile_timeout_seconds);
+      log_->debug("compiled ahead candidate={} job={} built={}", req.candidate().id(),
+                  SanitizeUtf8(req.job_id()), built);
+    }
+    lock.lock();
+  }
+  log_->debug("device taken candidate={}", req.candidate().id());
+  absl::Cleanup released = [&] { log_->debug("device released candidate={}", req.candidate().id()); };
   const int64_t sent = st.sandbox->bytes_sent(), received = st.sandbox->bytes_received();
   Run run(*this, st, req, problem_key, res);
   run.Execute();

@@ -20,6 +20,7 @@
 #include "common/problem_check.h"
 #include "kforge/v1/evaluation.pb.h"
 #include "kforge/v1/sandbox.pb.h"
+#include "services/gpu-worker/compile_ahead.h"
 #include "services/gpu-worker/kernel_binary_cache.h"
 #include "services/gpu-worker/replay.h"
 #include "services/gpu-worker/sandbox.h"
@@ -94,6 +95,12 @@ struct EvaluatorOptions {
   std::string binary_cache_dir;
   int64_t binary_cache_max_bytes = int64_t{1} << 30;
   v1::CompileRequest::BinaryWanted binary_wanted = v1::CompileRequest::BINARY_WANTED_IF_CHEAP;
+  // Builder sandboxes per backend (compile_ahead.h): a candidate that finds another holding the
+  // device is compiled meanwhile, and its run loads the binary. 0 = off. Only where the device is
+  // not the host's CPU, unless compile_ahead_on_host_device: on PoCL the builds would share the
+  // cores the timed kernels run on.
+  int compile_threads = 0;
+  bool compile_ahead_on_host_device = false;
   // PyTorch references: the process that runs them (a python3 with torch). Off: such problems
   // are refused (CheckRequest).
   bool torch_enabled = true;
@@ -127,6 +134,9 @@ class Evaluator {
 
   const EvaluatorOptions& options() const { return options_; }
 
+  // Candidates compiled by a builder while another held the device, over this object's lifetime.
+  int64_t compiled_ahead() const;
+
  private:
   struct ProblemData;
   struct BackendState;
@@ -143,7 +153,7 @@ class Evaluator {
   Clock& clock_;
   Logger log_;
   std::unique_ptr<KernelBinaryCache> binaries_;  // null: no binary cache
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<int, std::unique_ptr<BackendState>> backends_;
   ReplayEvaluator replay_;
   std::atomic<bool> interrupted_{false};

@@ -313,6 +313,7 @@ bool Evaluator::Run::Prepare() {
              hello.ok() ? hello->unavailable_reason() : std::string(hello.status().message()));
     return false;
   }
+  st_.host_device = hello->host_device() ? 1 : 0;
   *res_.mutable_device() = hello->device();
   res_.mutable_device()->set_device_class(
       absl::StrCat(BackendName(p_.backend()), ":", hello->device().name()));
@@ -362,20 +363,24 @@ bool Evaluator::Run::Prepare() {
   {
     v1::SandboxRequest req;
     auto* c = req.mutable_compile();
-    c->set_source(req_.candidate().source());
-    for (const auto& [k, v] : screened->defines) (*c->mutable_defines())[k] = v;
-    for (const auto& n : KernelNames(all_launches)) c->add_kernels(n);
-    // The kernel binary cache, keyed as the sandbox's own compile cache is, with this device and
-    // its compiler: what the runtime built from this request before, else a build to keep.
+    *c = CandidateCompileRequest(req_.candidate().source(), *screened);
+    // What a builder compiled while another candidate held the device (compile_ahead.h), else the
+    // kernel binary cache, keyed as the sandbox's own compile cache is, with this device and its
+    // compiler: what the runtime built from this request before, else a build to keep.
     std::string binary_key;
-    if (ev_.binaries_ != nullptr && ev_.options_.binary_wanted != v1::CompileRequest::BINARY_WANTED_NO) {
-      const v1::DeviceInfo& d = hello->device();
-      binary_key = CompileCacheKey(*c, absl::StrCat(BackendName(p_.backend()), "|", d.name(), "|", d.arch(), "|",
-                                                    d.driver_version(), "|", hello->compiler_version()));
+    std::string built_log;
+    const bool cache = ev_.binaries_ != nullptr && ev_.options_.binary_wanted != v1::CompileRequest::BINARY_WANTED_NO;
+    if (cache || st_.ahead != nullptr) binary_key = KernelBinaryKey(*c, p_.backend(), *hello);
+    std::optional<BuiltKernel> built = st_.ahead != nullptr ? st_.ahead->Take(binary_key) : std::nullopt;
+    if (built.has_value()) {
+      c->set_binary(std::move(built->binary));
+      built_log = std::move(built->log);
+    } else if (cache) {
       if (std::optional<std::string> binary = ev_.binaries_->Get(binary_key)) c->set_binary(*std::move(binary));
-      // A binary the runtime refuses (another driver) is compiled from source: its build replaces it.
-      c->set_want_binary(ev_.options_.binary_wanted);
     }
+    // A binary the runtime refuses (another driver) is compiled from source: its build replaces it.
+    if (cache) c->set_want_binary(ev_.options_.binary_wanted);
+    else binary_key.clear();
     auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_COMPILE, t0, r);
@@ -419,7 +424,7 @@ bool Evaluator::Run::Prepare() {
       }
     }
     cand_program_ = cr.program_id();
-    EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, cr.log().empty() ? "" : cr.log());
+    EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, cr.log().empty() && cr.from_binary() ? built_log : cr.log());
     res_.mutable_stages()->rbegin()->set_cache_hit(cr.cache_hit() || cr.from_binary());
   }
 

@@ -5,6 +5,7 @@
 // The evaluator's internals, shared by evaluator.cc (the Evaluator: backends, sandboxes,
 // dispatch) and evaluator_run.cc (one evaluation through the stages). Not for other users.
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,9 @@ struct Evaluator::BackendState {
   explicit BackendState(int64_t resident_bytes) : resident(resident_bytes) {}
   std::mutex mu;
   std::unique_ptr<Sandbox> sandbox;
+  std::unique_ptr<CompileAhead> ahead;  // builders, when compile_threads > 0
+  // Whether the sandbox's device is the host's CPU, from its hello: -1 until it said.
+  std::atomic<int> host_device{-1};
   TorchOptions torch_options;          // on this backend's device (StateFor)
   std::unique_ptr<TorchRunner> torch;  // PyTorch references' process (made when first needed)
   // torch.compile's process: its compiler starts processes, which the reference's process may

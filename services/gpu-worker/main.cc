@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
   if (!opts.compile_cache_dir.empty() && opts.kernel_binaries) {
     eval_opts.binary_cache_dir = opts.compile_cache_dir + "/binaries";
   }
+  // Builders only help when candidates wait: more than one slot.
+  eval_opts.compile_threads = opts.slots > 1 ? static_cast<int>(std::min(opts.compile_threads, opts.slots - 1)) : 0;
+  eval_opts.compile_ahead_on_host_device = opts.compile_ahead_on_cpu;
   eval_opts.bench_rel_error = opts.bench_rel_error;
   eval_opts.reference_rel_error = opts.reference_rel_error;
   eval_opts.race_factor = opts.race_factor;

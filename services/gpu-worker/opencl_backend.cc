@@ -113,6 +113,7 @@ class OpenClBackend final : public DeviceBackend {
                                             info->driver_version()));
     compiler_id_ = absl::StrCat(info->name(), "|", hello.compiler_version());
     cpu_device_ = (DeviceValue<cl_device_type>(device_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_CPU) != 0;
+    hello.set_host_device(cpu_device_);
     return hello;
   }
 

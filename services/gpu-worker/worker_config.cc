@@ -17,8 +17,17 @@ void AddWorkerFields(ConfigSchema& schema, WorkerOptions& opts) {
     }
     return std::string();
   });
-  schema.Add("worker.slots", &opts.slots, "candidates evaluated at once",
+  schema.Add("worker.slots", &opts.slots,
+             "candidates in flight: one at a time runs on a backend's device, the others wait for it "
+             "(compiled meanwhile by worker.compile_threads builders)",
              [&opts] { return opts.slots >= 1 && opts.slots <= 256 ? std::string() : std::string("must be 1 to 256"); });
+  schema.Add("worker.compile_threads", &opts.compile_threads,
+             "builder sandboxes per backend that compile candidates waiting for the device while another runs; "
+             "0 = off; only where the device is not the host's CPU (see worker.compile_ahead_on_cpu)",
+             [&opts] { return opts.compile_threads >= 0 && opts.compile_threads <= 64 ? std::string() : std::string("must be 0 to 64"); });
+  schema.Add("worker.compile_ahead_on_cpu", &opts.compile_ahead_on_cpu,
+             "builders also where the device is the host's CPU (PoCL): their compiles then share the cores "
+             "the timed kernels run on, which disturbs the timings");
   schema.Add("queue.url", &opts.queue_url, "redis://[[user]:password@]host:port[/db] of the work queue");
   schema.Add("queue.password_file", &opts.queue_password_file,
              "file holding the Redis password (requirepass or the URL's ACL user's); overrides the URL's");

@@ -13,7 +13,9 @@ struct WorkerOptions {
   ServerOptions server;
   std::string worker_id;                   // "" = hostname-pid
   std::string backends = "opencl,cuda,replay";
-  int64_t slots = 1;                       // candidates evaluated at once
+  int64_t slots = 1;                       // candidates in flight (one on the device per backend)
+  int64_t compile_threads = 2;             // builder sandboxes compiling those that wait
+  bool compile_ahead_on_cpu = false;       // builders even where the device is the host's CPU
   std::string queue_url = "redis://127.0.0.1:6379";
   std::string queue_password_file;
   bool queue_pull = false;                 // pull candidates from the work queue (a fleet worker)
@@ -27,8 +29,8 @@ struct WorkerOptions {
   bool require_jail = false;               // refuse to start unless every sandbox jails itself
   int64_t run_as_uid = -1;                 // the sandboxes' user when the worker is root (-1: nobody)
   std::string read_paths;                  // comma-separated extra paths sandboxes may read
-  int64_t max_buffer_mb = 1024;
-  std::string token_file;                  // auth.token_file: admin callers present this bearer token            // one buffer of a request's problem
+  std::string token_file;                  // auth.token_file: admin callers present this bearer token
+  int64_t max_buffer_mb = 1024;            // one buffer of a request's problem
   int64_t max_problem_mb = 4096;           // all buffers of one size set
   int64_t max_held_mb = 4096;              // inputs and reference outputs kept, all problems
   int64_t memory_limit_mb = 8192;          // sandbox address-space limit

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/launch.h"
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "services/gpu-worker/evaluator.h"
 #include "services/gpu-worker/sample_stats.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
 #include "tests/testutil/temp_dir.h"
 
 namespace kforge::worker {
@@ -83,8 +85,9 @@ class BenchmarkStageTest : public ::testing::Test {
     opts_.min_bench_seconds = 0.05;
   }
 
-  std::unique_ptr<Evaluator> MakeEvaluator() {
-    auto ev = std::make_unique<Evaluator>(opts_, clock_, MakeLogger("bench-stage-test", spdlog::level::warn));
+  std::unique_ptr<Evaluator> MakeEvaluator(Logger log = nullptr) {
+    if (log == nullptr) log = MakeLogger("bench-stage-test", spdlog::level::warn);
+    auto ev = std::make_unique<Evaluator>(opts_, clock_, log);
     const v1::HelloResponse hello = ev->Probe(v1::BACKEND_OPENCL);
     if (!hello.available()) return nullptr;
     return ev;
@@ -369,6 +372,106 @@ TEST_F(BenchmarkStageTest, TimingsCarryTheirMediansInterval) {
       EXPECT_GE(s.median_low_seconds(), s.min_seconds());
     }
   }
+}
+
+// Builder and runner: while one candidate holds the device, the candidates waiting for it are
+// compiled in builder sandboxes and their runs load what was built (the compile stage's cache hit);
+// a wrong kernel built ahead is judged as ever; no two candidates are ever on the device at once.
+// On the host's CPU (PoCL, this machine) builders are off unless asked, as here.
+class CompileAheadTest : public BenchmarkStageTest {
+ protected:
+  // Evaluates `slow` and, once it holds the device, `waiting` side by side; returns the results in
+  // that order and the evaluator's "device taken/released" and "compiled ahead" log lines.
+  std::vector<v1::EvaluationResult> EvaluateWhileBusy(const v1::Candidate& slow,
+                                                      const std::vector<v1::Candidate>& waiting,
+                                                      std::vector<std::string>* lines, int64_t* ahead) {
+    auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+    sink->set_pattern("%v");
+    auto log = std::make_shared<spdlog::logger>("compile-ahead-test", sink);
+    log->set_level(spdlog::level::debug);
+    auto ev = MakeEvaluator(log);
+    if (ev == nullptr) return {};
+    std::vector<v1::EvaluationResult> out(waiting.size() + 1);
+    std::vector<std::thread> threads;
+    threads.emplace_back([&] { out[0] = ev->Evaluate(Request(slow)); });
+    auto holds = [&] {
+      for (const auto& l : sink->last_formatted()) {
+        if (l.find("device taken candidate=" + slow.id()) != std::string::npos) return true;
+      }
+      return false;
+    };
+    for (int i = 0; i < 2000 && !holds(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      threads.emplace_back([&, i] { out[i + 1] = ev->Evaluate(Request(waiting[i])); });
+    }
+    for (auto& t : threads) t.join();
+    *ahead = ev->compiled_ahead();
+    for (std::string l : sink->last_formatted()) {
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      if (l.rfind("device ", 0) == 0 || l.rfind("compiled ahead", 0) == 0) lines->push_back(l);
+    }
+    return out;
+  }
+
+  static v1::StageResult CompileStage(const v1::EvaluationResult& r) {
+    for (const auto& s : r.stages()) {
+      if (s.stage() == v1::STAGE_COMPILE) return s;
+    }
+    return v1::StageResult();
+  }
+};
+
+TEST_F(CompileAheadTest, WaitingCandidatesAreCompiledWhileTheDeviceRunsAnotherNeverTimedTogether) {
+  opts_.compile_threads = 2;
+  opts_.compile_ahead_on_host_device = true;
+  opts_.min_bench_seconds = 0.3;  // the slow one holds the device long enough for both builds
+  // Sources no sandbox has compiled before (a comment apart), so a cache hit can only be a build's.
+  const std::string seed = std::string(kSeed) + "// ahead\n";
+  const std::string wrong = std::string(kWrong) + "// ahead\n";
+  std::vector<std::string> lines;
+  int64_t ahead = 0;
+  auto r = EvaluateWhileBusy(Cand("slow", 64, 40), {Cand("b", 128, 1, seed), Cand("w", 64, 1, wrong)}, &lines,
+                             &ahead);
+  if (r.empty()) GTEST_SKIP() << "no OpenCL device";
+  ASSERT_EQ(r[0].outcome(), v1::OUTCOME_OK) << r[0].message();
+  ASSERT_EQ(r[1].outcome(), v1::OUTCOME_OK) << r[1].message();
+  EXPECT_EQ(r[2].outcome(), v1::OUTCOME_WRONG_ANSWER) << r[2].message();
+  EXPECT_EQ(ahead, 2);
+  EXPECT_FALSE(CompileStage(r[0]).cache_hit());
+  EXPECT_TRUE(CompileStage(r[1]).cache_hit()) << "loaded what the builder built";
+  EXPECT_TRUE(CompileStage(r[2]).cache_hit());
+  EXPECT_GT(r[1].speedup(), 0);
+  // The device's holders, in the order the log saw them: each released before the next is taken.
+  std::string holder;
+  int taken = 0;
+  for (const std::string& l : lines) {
+    if (l.rfind("device taken candidate=", 0) == 0) {
+      EXPECT_EQ(holder, "") << "taken while " << holder << " held it: " << l;
+      holder = l.substr(std::string("device taken candidate=").size());
+      ++taken;
+    } else if (l.rfind("device released candidate=", 0) == 0) {
+      EXPECT_EQ(l.substr(std::string("device released candidate=").size()), holder);
+      holder.clear();
+    } else {
+      EXPECT_NE(l.find("built=true"), std::string::npos) << l;
+    }
+  }
+  EXPECT_EQ(taken, 3);
+  EXPECT_EQ(holder, "");
+}
+
+TEST_F(CompileAheadTest, OnTheHostsCpuNothingIsCompiledAheadUnlessAsked) {
+  opts_.compile_threads = 2;  // compile_ahead_on_host_device stays false: PoCL is the host's CPU
+  opts_.min_bench_seconds = 0.2;
+  std::vector<std::string> lines;
+  int64_t ahead = -1;
+  auto r = EvaluateWhileBusy(Cand("slow", 64, 40), {Cand("b", 128, 1, std::string(kSeed) + "// cpu\n")}, &lines,
+                             &ahead);
+  if (r.empty()) GTEST_SKIP() << "no OpenCL device";
+  ASSERT_EQ(r[1].outcome(), v1::OUTCOME_OK) << r[1].message();
+  EXPECT_EQ(ahead, 0);
+  EXPECT_FALSE(CompileStage(r[1]).cache_hit());
+  for (const std::string& l : lines) EXPECT_EQ(l.rfind("compiled ahead", 0), std::string::npos) << l;
 }
 
 }  // namespace
