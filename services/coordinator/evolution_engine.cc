@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "common/hash.h"
 
@@ -19,6 +21,70 @@ EngineOptions OptionsFromConfig(const v1::EvolutionConfig& c, const v1::Budget& 
   o.budget = budget.max_candidates();
   return o;
 }
+
+namespace {
+
+// The fitness's interval: the speedup is a geometric mean over size sets of reference / candidate
+// medians, so its bounds are that mean of each set's median over the candidate's interval ends.
+std::pair<double, double> FitnessInterval(const v1::EvaluationResult& r) {
+  double log_low = 0, log_high = 0;
+  int sets = 0;
+  for (const auto& t : r.timings()) {
+    const v1::TimingStats& c = t.candidate();
+    if (t.speedup() <= 0) continue;
+    if (c.median_seconds() <= 0 || c.median_low_seconds() <= 0 || c.median_high_seconds() <= 0) return {0, 0};
+    log_low += std::log(c.median_seconds() / c.median_high_seconds());
+    log_high += std::log(c.median_seconds() / c.median_low_seconds());
+    ++sets;
+  }
+  if (sets == 0) return {0, 0};
+  return {r.speedup() * std::exp(log_low / sets), r.speedup() * std::exp(log_high / sets)};
+}
+
+bool Timed(const Member& m) { return m.fitness_high > 0; }
+
+}  // namespace
+
+bool FitterBeyondNoise(const Member& a, const Member& b) {
+  if (Timed(a) && Timed(b)) return a.fitness_low > b.fitness_high * (1 + kDriftMargin);
+  return a.fitness > b.fitness;
+}
+
+void OrderBeyondNoise(std::vector<const Member*>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const Member* a, const Member* b) {
+    if (a->fitness != b->fitness) return a->fitness > b->fitness;
+    return a->candidate.sequence() < b->candidate.sequence();
+  });
+  // Groups: from its fittest, every next member noise cannot tell from it; each group in
+  // candidate order. Between groups the order is the fitness's.
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i + 1;
+    while (j < v.size() && !FitterBeyondNoise(*v[i], *v[j])) ++j;
+    std::stable_sort(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(j),
+                     [](const Member* a, const Member* b) { return a->candidate.sequence() < b->candidate.sequence(); });
+    i = j;
+  }
+}
+
+namespace {
+
+// What a fitness-weighted draw weighs each member by, the same for a group of OrderBeyondNoise:
+// its fitness where it was not timed; where it was, 1 / (1 + the group's place), since any value
+// measured with noise, even the group's, moves the draw's boundaries from run to run.
+std::map<const Member*, double> GroupFitness(std::vector<const Member*> v) {
+  std::stable_sort(v.begin(), v.end(), [](const Member* a, const Member* b) { return a->fitness > b->fitness; });
+  std::map<const Member*, double> out;
+  int group = 0;
+  for (size_t i = 0; i < v.size(); ++group) {
+    const double f = Timed(*v[i]) ? 1.0 / (1 + group) : v[i]->fitness;
+    size_t j = i;
+    while (j < v.size() && (j == i || !FitterBeyondNoise(*v[i], *v[j]))) out[v[j++]] = f;
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
 
 EvolutionEngine::EvolutionEngine(uint64_t seed, EngineOptions options)
     : seed_(seed), opts_(options), islands_(std::max(1, options.islands)) {
@@ -59,9 +125,9 @@ void EvolutionEngine::AddToIsland(int island, const Member* m) {
   if (!is.ids.insert(m->candidate.id()).second) return;
   auto cell = Cell(*m);
   auto it = is.grid.find(cell);
-  if (it == is.grid.end() || it->second->fitness < m->fitness) is.grid[cell] = m;
+  if (it == is.grid.end() || FitterBeyondNoise(*m, *it->second)) is.grid[cell] = m;
   is.elites.push_back(m);
-  std::stable_sort(is.elites.begin(), is.elites.end(), [](auto* a, auto* b) { return a->fitness > b->fitness; });
+  OrderBeyondNoise(is.elites);
   if (static_cast<int>(is.elites.size()) > opts_.elites) is.elites.resize(opts_.elites);
 }
 
@@ -90,14 +156,17 @@ void EvolutionEngine::Ingest(const v1::Candidate& c, const v1::EvaluationResult&
     m.candidate = c;
     m.result = r;
     m.fitness = r.speedup();
+    std::tie(m.fitness_low, m.fitness_high) = FitnessInterval(r);
     const int island = std::clamp(c.island(), 0, static_cast<int>(islands_.size()) - 1);
     if (c.mutator() == v1::MUTATOR_KIND_SEED) {
       for (int i = 0; i < static_cast<int>(islands_.size()); ++i) AddToIsland(i, &m);
     } else {
       AddToIsland(island, &m);
     }
-    if (best_ == nullptr || m.fitness > best_->fitness) {
-      best_ = &m;
+    if (best_ == nullptr || m.fitness > best_->fitness) best_ = &m;
+    // Only an improvement beyond noise moves the search: a rerun would not see the others.
+    if (lead_ == nullptr || FitterBeyondNoise(m, *lead_)) {
+      lead_ = &m;
       since_improvement_ = 0;
     }
   }
@@ -121,11 +190,11 @@ const Member* EvolutionEngine::Find(const std::string& id) const {
   return it == members_.end() ? nullptr : &it->second;
 }
 
-double EvolutionEngine::Weight(const Member* m) const {
+double EvolutionEngine::Weight(const Member* m, double fitness) const {
   auto it = children_.find(m->candidate.id());
   const int kids = it == children_.end() ? 0 : it->second;
   // Damping: a parent's pull halves roughly every three children.
-  return m->fitness * m->fitness / std::pow(1.0 + kids, 0.6);
+  return fitness * fitness / std::pow(1.0 + kids, 0.6);
 }
 
 Selection EvolutionEngine::Select(int64_t sequence) {
@@ -136,7 +205,7 @@ Selection EvolutionEngine::Select(int64_t sequence) {
   s.island = static_cast<int>(sequence % static_cast<int64_t>(islands_.size()));
   Island& is = islands_[s.island];
   if (is.elites.empty()) {
-    if (best_ != nullptr) s.parents.push_back(best_);
+    if (lead_ != nullptr) s.parents.push_back(lead_);
     s.strategy = "explore";
     return s;
   }
@@ -147,11 +216,11 @@ Selection EvolutionEngine::Select(int64_t sequence) {
   if (sequence <= opts_.warmup_explore) {
     s.parents.push_back(is.elites.front());
     s.strategy = "explore";
-  } else if (best_ != nullptr && u(global_rng) < opts_.global_ratio) {
+  } else if (lead_ != nullptr && u(global_rng) < opts_.global_ratio) {
     // The needle optima of real tuning spaces sit in regions that local search from the first
     // basins rarely reaches; a screened sample of the whole space does (bench/README.md). Its
     // child counts as the best's in the damping, as every child does.
-    s.parents.push_back(best_);
+    s.parents.push_back(lead_);
     s.strategy = "global";
   } else if (stuck) {
     // Jump from the island's best to a nearby basin; alternate with a sample of the whole space.
@@ -168,9 +237,10 @@ Selection EvolutionEngine::Select(int64_t sequence) {
       // what finds the narrow optima of real tuning spaces.
       if (u(rng) < 0.5) parent = is.elites.front();
       if (parent == nullptr) {
+        const std::map<const Member*, double> f = GroupFitness(is.elites);
         for (int t = 0; t < 3; ++t) {
           const Member* c = is.elites[pick(rng)];
-          if (parent == nullptr || Weight(c) > Weight(parent)) parent = c;
+          if (parent == nullptr || Weight(c, f.at(c)) > Weight(parent, f.at(parent))) parent = c;
         }
       }
       s.strategy = "exploit";
@@ -181,12 +251,15 @@ Selection EvolutionEngine::Select(int64_t sequence) {
       parent = it->second;
     } else {
       // Fitness-weighted over the grid, with damping; the cells stand for diversity.
+      std::vector<const Member*> cells;
+      for (const auto& [cell, m] : is.grid) cells.push_back(m);
+      const std::map<const Member*, double> f = GroupFitness(cells);
       double total = 0;
-      for (const auto& [cell, m] : is.grid) total += Weight(m);
+      for (const Member* m : cells) total += Weight(m, f.at(m));
       double x = u(rng) * total;
-      for (const auto& [cell, m] : is.grid) {
+      for (const Member* m : cells) {
         parent = m;
-        x -= Weight(m);
+        x -= Weight(m, f.at(m));
         if (x <= 0) break;
       }
     }
@@ -198,7 +271,7 @@ Selection EvolutionEngine::Select(int64_t sequence) {
     }
   }
   // Inspirations: the global best, the island's runner-up, and a member of another cell.
-  if (best_ != nullptr && best_ != s.parents.front()) s.inspirations.push_back(best_);
+  if (lead_ != nullptr && lead_ != s.parents.front()) s.inspirations.push_back(lead_);
   if (is.elites.size() > 1 && is.elites[1] != s.parents.front()) s.inspirations.push_back(is.elites[1]);
   if (is.grid.size() > 1) {
     std::uniform_int_distribution<size_t> pick(0, is.grid.size() - 1);

@@ -46,7 +46,23 @@ struct Member {
   v1::Candidate candidate;
   v1::EvaluationResult result;
   double fitness = 0;
+  // The fitness's ~95% interval from the benchmark's median intervals; 0 when it was not timed
+  // (a replay problem's recorded times).
+  double fitness_low = 0;
+  double fitness_high = 0;
 };
+
+// Their benchmarks ran at different times: a margin for what the machine's drift between them
+// could make of a gap (shared with the finalists' logic).
+inline constexpr double kDriftMargin = 0.05;
+
+// Whether `a` is fitter than `b` beyond what noise explains: beyond both intervals and the drift
+// margin when both were timed, else by fitness alone.
+bool FitterBeyondNoise(const Member& a, const Member& b);
+
+// Members fittest first, where those that noise cannot tell from the fittest of their group come
+// in candidate order (the earlier first): a rerun on a noisy device orders them alike.
+void OrderBeyondNoise(std::vector<const Member*>& members);
 
 struct Selection {
   int island = 0;
@@ -69,7 +85,11 @@ class EvolutionEngine {
   // The random stream for a proposal: the mutator's seed.
   uint64_t MutationSeed(int64_t sequence) const;
 
+  // The fittest as measured (what the job reports).
   const Member* best() const { return best_; }
+  // The one the search works from: the earliest member that no later one is fitter than beyond
+  // noise (best() itself on a replay problem). Improvements are counted by it.
+  const Member* lead() const { return lead_; }
   // The k fittest ok members, fittest first.
   std::vector<const Member*> Top(int k) const;
   // An ok member by candidate id; null if none.
@@ -90,7 +110,9 @@ class EvolutionEngine {
   std::pair<int, int> Cell(const Member& m) const;
   void AddToIsland(int island, const Member* m);
   void Migrate();
-  double Weight(const Member* m) const;
+  // The fitness-weighted draw's weight, from `fitness`: the member's group's in OrderBeyondNoise
+  // (GroupFitness), so that members noise cannot tell apart weigh the same.
+  double Weight(const Member* m, double fitness) const;
 
   uint64_t seed_;
   EngineOptions opts_;
@@ -99,6 +121,7 @@ class EvolutionEngine {
   std::map<std::string, int> children_;             // parent id -> children proposed
   std::set<std::pair<std::string, int>> migrated_;  // (candidate, destination island)
   const Member* best_ = nullptr;
+  const Member* lead_ = nullptr;
   int64_t evaluations_ = 0;
   int64_t since_improvement_ = 0;
   int64_t migrations_ = 0;

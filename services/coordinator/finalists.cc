@@ -108,10 +108,6 @@ const v1::SizeSetTiming* TimingOf(const v1::EvaluationResult& r, const std::stri
   return nullptr;
 }
 
-// Their benchmarks ran at different times: a margin for what the machine's drift between them
-// could make of a gap (the side-by-side rounds exist to cancel it).
-constexpr double kDriftMargin = 0.05;
-
 // Whether `best` is faster than `other` beyond both intervals (and the drift margin) on every size
 // set best was timed on.
 bool SeparatedOnEverySet(const v1::EvaluationResult& best, const v1::EvaluationResult& other) {

@@ -34,10 +34,12 @@ CompileAhead::CompileAhead(SandboxOptions options, v1::Backend backend, int buil
 CompileAhead::~CompileAhead() = default;
 
 bool CompileAhead::Build(const v1::Problem& problem, const v1::Candidate& candidate,
-                         const ScreenOptions& screen, double timeout_seconds) {
+                         const ScreenOptions& screen, double timeout_seconds,
+                         const std::function<bool(const std::string&)>& skip) {
   Builder* b = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (interrupted_) return false;
     for (auto& x : builders_) {
       if (!x.busy) {
         b = &x;
@@ -59,10 +61,12 @@ bool CompileAhead::Build(const v1::Problem& problem, const v1::Candidate& candid
       *req.mutable_compile() = CandidateCompileRequest(candidate.source(), *screened);
       key = KernelBinaryKey(req.compile(), backend_, *hello);
       req.mutable_compile()->set_want_binary(v1::CompileRequest::BINARY_WANTED_ALWAYS);
-      auto r = b->sandbox->Call(req, timeout_seconds);
-      if (r.status == Sandbox::CallStatus::kOk && r.response.compile().ok() &&
-          !r.response.compile().binary().empty()) {
-        kernel = BuiltKernel{.binary = r.response.compile().binary(), .log = r.response.compile().log()};
+      if (!skip || !skip(key)) {
+        auto r = b->sandbox->Call(req, timeout_seconds);
+        const v1::CompileResponse& cr = r.response.compile();
+        if (r.status == Sandbox::CallStatus::kOk && cr.ok() && !cr.binary().empty()) {
+          kernel = BuiltKernel{.binary = cr.binary(), .log = cr.log(), .resources = cr.resources()};
+        }
       }
     }
   }
@@ -91,6 +95,7 @@ std::optional<BuiltKernel> CompileAhead::Take(const std::string& key) {
 
 void CompileAhead::Interrupt() {
   std::lock_guard<std::mutex> lock(mu_);
+  interrupted_ = true;
   for (auto& b : builders_) {
     if (b.sandbox != nullptr) b.sandbox->Interrupt();
   }

@@ -5,9 +5,12 @@
 // Builder and runner, as TVM's MetaSchedule splits them: while one candidate holds the device, a
 // candidate waiting for it is compiled in a builder sandbox of its own, on the host's CPUs, and its
 // compile stage then loads what the builder built instead of compiling. A builder never runs a
-// kernel, so no timing is taken while it works that it could disturb, except where the device is
-// the host's CPU itself (PoCL): the evaluator leaves builders off there unless asked
-// (EvaluatorOptions::compile_ahead_on_host_device).
+// kernel. Where the device is the host's CPU itself (PoCL) its compiles would share the cores the
+// timed kernels run on: the evaluator leaves builders off there unless asked
+// (EvaluatorOptions::compile_ahead_on_host_device). On a GPU a builder is a full sandbox: it holds
+// a context of its own and loads each module it builds (to read the kernels' limits), a copy to
+// the device beside the timed run, never a kernel on it (a compile-only CUDA sandbox would drop
+// even that; not built yet).
 //
 // What a builder hands over was built from a tenant's source by a sandbox that also compiles other
 // tenants' sources. It is used once, by the compile request it was built from, held in memory only
@@ -16,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,7 +45,8 @@ std::string KernelBinaryKey(const v1::CompileRequest& request, v1::Backend backe
 
 struct BuiltKernel {
   std::string binary;
-  std::string log;  // the build's compiler log, which the run reports as its own
+  std::string log;               // the build's compiler log, which the run reports as its own
+  v1::ResourceUsage resources;   // as the build read them (a loaded cubin has no spill count)
 };
 
 class CompileAhead {
@@ -56,13 +61,14 @@ class CompileAhead {
   // Screens and compiles the candidate in a free builder and keeps its binary. False when every
   // builder is busy, or the candidate does not screen or compile (its run will say why), or the
   // runtime gave no binary.
+  // `skip` (may be empty): keys not worth building (the kernel binary cache has them).
   bool Build(const v1::Problem& problem, const v1::Candidate& candidate, const ScreenOptions& screen,
-             double timeout_seconds);
+             double timeout_seconds, const std::function<bool(const std::string&)>& skip = {});
 
   // The kernel built for this key, once.
   std::optional<BuiltKernel> Take(const std::string& key);
 
-  // Kills the builders' children (shutdown): builds in flight end now.
+  // Kills the builders' children (shutdown): builds in flight end now, and none starts after.
   void Interrupt();
 
   int64_t built() const;  // kernels built and kept, over this object's lifetime
@@ -81,6 +87,7 @@ class CompileAhead {
   std::map<std::string, BuiltKernel> kept_;
   std::deque<std::string> order_;  // keys of kept_, oldest first
   int64_t built_ = 0;
+  bool interrupted_ = false;
 };
 
 }  // namespace kforge::worker

@@ -9,10 +9,16 @@
 namespace kforge::worker {
 
 std::string CompileCacheKey(const v1::CompileRequest& req, const std::string& compiler_id) {
-  std::string material = absl::StrCat(compiler_id, "\n", req.source(), "\n");
+  // Every field with its length: a source ending in "\n-DX=1" is not the source with a define X.
+  std::string material;
+  auto field = [&material](absl::string_view what, absl::string_view value) {
+    absl::StrAppend(&material, what, " ", value.size(), ":", value, "\n");
+  };
+  field("compiler", compiler_id);
+  field("source", req.source());
   const std::map<std::string, int64_t> defs(req.defines().begin(), req.defines().end());
-  for (const auto& [k, v] : defs) absl::StrAppend(&material, "-D", k, "=", v, "\n");
-  for (const auto& k : req.kernels()) absl::StrAppend(&material, "kernel ", k, "\n");
+  for (const auto& [k, v] : defs) field("define", absl::StrCat(k, "=", v));
+  for (const auto& k : req.kernels()) field("kernel", k);
   return Sha256Hex(material);
 }
 

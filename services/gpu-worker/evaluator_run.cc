@@ -373,7 +373,7 @@ bool Evaluator::Run::Prepare() {
     if (cache || st_.ahead != nullptr) binary_key = KernelBinaryKey(*c, p_.backend(), *hello);
     std::optional<BuiltKernel> built = st_.ahead != nullptr ? st_.ahead->Take(binary_key) : std::nullopt;
     if (built.has_value()) {
-      c->set_binary(std::move(built->binary));
+      c->set_binary(built->binary);
       built_log = std::move(built->log);
     } else if (cache) {
       if (std::optional<std::string> binary = ev_.binaries_->Get(binary_key)) c->set_binary(*std::move(binary));
@@ -387,12 +387,20 @@ bool Evaluator::Run::Prepare() {
       return false;
     }
     const auto& cr = r.response.compile();
-    if (cr.ok() && !cr.binary().empty() && !binary_key.empty()) {
-      if (absl::Status st = ev_.binaries_->Put(binary_key, cr.binary()); !st.ok()) {
+    // Kept: a fresh build's binary, or the builder's that loaded (the sandbox sends none back).
+    const std::string* keep = !cr.binary().empty()                           ? &cr.binary()
+                              : built.has_value() && cr.from_binary() ? &built->binary
+                                                                             : nullptr;
+    if (cr.ok() && keep != nullptr && !binary_key.empty()) {
+      if (absl::Status st = ev_.binaries_->Put(binary_key, *keep); !st.ok()) {
         ev_.log_->warn("kernel binary not cached: {}", st.message());
       }
     }
     *res_.mutable_resources() = cr.resources();
+    // A loaded cubin has no spill count; the builder's compile had one.
+    if (built.has_value() && cr.from_binary() && cr.resources().spill_bytes() < 0) {
+      res_.mutable_resources()->set_spill_bytes(built->resources.spill_bytes());
+    }
     res_.mutable_resources()->set_source_bytes(
         static_cast<int64_t>(req_.candidate().source().size()));
     if (!cr.ok()) {

@@ -424,7 +424,7 @@ class CompileAheadTest : public BenchmarkStageTest {
 TEST_F(CompileAheadTest, WaitingCandidatesAreCompiledWhileTheDeviceRunsAnotherNeverTimedTogether) {
   opts_.compile_threads = 2;
   opts_.compile_ahead_on_host_device = true;
-  opts_.min_bench_seconds = 0.3;  // the slow one holds the device long enough for both builds
+  opts_.min_bench_seconds = 1;  // the slow one holds the device long enough for both builds
   // Sources no sandbox has compiled before (a comment apart), so a cache hit can only be a build's.
   const std::string seed = std::string(kSeed) + "// ahead\n";
   const std::string wrong = std::string(kWrong) + "// ahead\n";

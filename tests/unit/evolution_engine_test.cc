@@ -168,6 +168,87 @@ TEST(EvolutionEngineTest, ClosedLoopIsDeterministic) {
   EXPECT_NE(a, run(6));
 }
 
+// A timed device: each candidate's fitness is measured with noise, within the interval its result
+// carries. Two runs whose measurements differ only by that noise choose the same parents and
+// inspirations throughout (members noise cannot tell apart are taken in candidate order), while
+// the same values without intervals (taken at face value) do not: the noise would decide.
+TEST(EvolutionEngineTest, MeasurementsThatDifferOnlyByTheirNoiseGiveTheSameSelections) {
+  auto timed_ok = [](const std::string& id, double speedup, double rel, bool intervals) {
+    v1::EvaluationResult r = Ok(id, speedup);
+    auto* t = r.add_timings();
+    t->set_size_set("main");
+    t->set_speedup(speedup);
+    auto* c = t->mutable_candidate();
+    c->set_median_seconds(1e-3 / speedup);
+    c->set_samples(10);
+    if (intervals) {
+      c->set_median_low_seconds(c->median_seconds() * (1 - rel));
+      c->set_median_high_seconds(c->median_seconds() * (1 + rel));
+    }
+    return r;
+  };
+  auto run = [&](uint64_t noise_seed, bool intervals) {
+    EvolutionEngine e(5, Opts(2, 5));
+    std::mt19937_64 noise(noise_seed);
+    std::uniform_real_distribution<double> jitter(-0.015, 0.015);
+    std::vector<std::string> trace;
+    e.Ingest(Cand("c0", 0, 0, {{"A", 3}, {"B", 3}}, v1::MUTATOR_KIND_SEED), timed_ok("c0", 1.0, 0.02, intervals));
+    for (int64_t k = 1; k < 150; ++k) {
+      Selection s = e.Select(k);
+      std::mt19937_64 rng(e.MutationSeed(k));
+      std::vector<std::string> parents;
+      std::map<std::string, int64_t> params = {{"A", 0}, {"B", 0}};
+      for (const Member* m : s.parents) {
+        parents.push_back(m->candidate.id());
+        for (const auto& [key, v] : m->candidate.params()) params[key] = v;
+      }
+      params["A"] += static_cast<int64_t>(rng() % 5) - 2;
+      params["B"] += static_cast<int64_t>(rng() % 5) - 2;
+      const std::string id = absl::StrCat("c", k);
+      // Plateaus 25% apart: many candidates equally fast, each level far beyond the noise.
+      const int64_t level = std::clamp<int64_t>(6 - (std::abs(params["A"] - 9) + std::abs(params["B"] + 4)) / 3, 0, 6);
+      const double measured = std::pow(1.25, static_cast<double>(level)) * (1 + jitter(noise));
+      e.Ingest(Cand(id, k, s.island, params, v1::MUTATOR_KIND_PARAMETRIC, parents),
+               timed_ok(id, measured, 0.02, intervals));
+      trace.push_back(absl::StrCat(Describe(s), " lead=", e.lead()->candidate.id()));
+    }
+    return trace;
+  };
+  const auto first = run(1, true);
+  for (uint64_t noise_seed : {2, 3, 4}) {
+    const auto again = run(noise_seed, true);
+    ASSERT_EQ(first.size(), again.size());
+    for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i], again[i]) << "proposal " << i + 1 << ", noise " << noise_seed;
+  }
+  EXPECT_NE(run(1, false), run(2, false)) << "without intervals the noise should have decided somewhere";
+}
+
+// What noise cannot separate is ordered by candidate; what it can, by fitness.
+TEST(EvolutionEngineTest, OrderBeyondNoiseTakesTiesInCandidateOrder) {
+  auto member = [](int64_t seq, double f, double rel) {
+    Member m;
+    m.candidate.set_id(absl::StrCat("m", seq));
+    m.candidate.set_sequence(seq);
+    m.fitness = f;
+    if (rel > 0) {
+      m.fitness_low = f * (1 - rel);
+      m.fitness_high = f * (1 + rel);
+    }
+    return m;
+  };
+  const Member a = member(1, 1.00, 0.02), b = member(2, 1.03, 0.02), c = member(3, 1.50, 0.02), d = member(4, 1.49, 0.02);
+  std::vector<const Member*> v = {&a, &b, &c, &d};
+  OrderBeyondNoise(v);
+  std::vector<int64_t> seqs;
+  for (const Member* m : v) seqs.push_back(m->candidate.sequence());
+  EXPECT_THAT(seqs, ElementsAre(3, 4, 1, 2));
+  EXPECT_TRUE(FitterBeyondNoise(c, b));
+  EXPECT_FALSE(FitterBeyondNoise(b, a));  // 3% apart, within both intervals and the drift margin
+  // Untimed (a replay's recorded times): the fitness alone decides.
+  const Member e = member(5, 1.00, 0), f = member(6, 1.03, 0);
+  EXPECT_TRUE(FitterBeyondNoise(f, e));
+}
+
 TEST(EvolutionEngineTest, DifferentSeedsDiffer) {
   const auto feed = SyntheticFeed(3, 150, 2);
   EvolutionEngine a(1, Opts(2));
