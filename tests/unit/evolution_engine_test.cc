@@ -109,6 +109,18 @@ std::vector<std::string> Replay(EvolutionEngine& engine, const std::vector<Event
   return out;
 }
 
+// A closed loop's child: the parents' knobs (the last parent's win), A and B moved by -2..2.
+std::map<std::string, int64_t> ChildParams(const Selection& s, std::mt19937_64& rng, std::vector<std::string>* parents) {
+  std::map<std::string, int64_t> params = {{"A", 0}, {"B", 0}};
+  for (const Member* m : s.parents) {
+    parents->push_back(m->candidate.id());
+    for (const auto& [key, v] : m->candidate.params()) params[key] = v;
+  }
+  params["A"] += static_cast<int64_t>(rng() % 5) - 2;
+  params["B"] += static_cast<int64_t>(rng() % 5) - 2;
+  return params;
+}
+
 EngineOptions Opts(int islands = 3, int migration_interval = 10) {
   EngineOptions o;
   o.islands = islands;
@@ -147,13 +159,7 @@ TEST(EvolutionEngineTest, ClosedLoopIsDeterministic) {
       Selection s = e.Select(k);
       std::mt19937_64 rng(e.MutationSeed(k));
       std::vector<std::string> parents;
-      std::map<std::string, int64_t> params = {{"A", 0}, {"B", 0}};
-      for (const Member* m : s.parents) {
-        parents.push_back(m->candidate.id());
-        for (const auto& [key, v] : m->candidate.params()) params[key] = v;
-      }
-      params["A"] += static_cast<int64_t>(rng() % 5) - 2;
-      params["B"] += static_cast<int64_t>(rng() % 5) - 2;
+      std::map<std::string, int64_t> params = ChildParams(s, rng, &parents);
       const std::string id = absl::StrCat("c", k);
       const double speed = 4.0 / (1.0 + 0.1 * std::abs(params["A"] - 9) + 0.1 * std::abs(params["B"] + 4));
       const bool fail = rng() % 5 == 0;
@@ -197,13 +203,7 @@ TEST(EvolutionEngineTest, MeasurementsThatDifferOnlyByTheirNoiseGiveTheSameSelec
       Selection s = e.Select(k);
       std::mt19937_64 rng(e.MutationSeed(k));
       std::vector<std::string> parents;
-      std::map<std::string, int64_t> params = {{"A", 0}, {"B", 0}};
-      for (const Member* m : s.parents) {
-        parents.push_back(m->candidate.id());
-        for (const auto& [key, v] : m->candidate.params()) params[key] = v;
-      }
-      params["A"] += static_cast<int64_t>(rng() % 5) - 2;
-      params["B"] += static_cast<int64_t>(rng() % 5) - 2;
+      std::map<std::string, int64_t> params = ChildParams(s, rng, &parents);
       const std::string id = absl::StrCat("c", k);
       // Plateaus 25% apart: many candidates equally fast, each level far beyond the noise.
       const int64_t level = std::clamp<int64_t>(6 - (std::abs(params["A"] - 9) + std::abs(params["B"] + 4)) / 3, 0, 6);
