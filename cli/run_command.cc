@@ -57,7 +57,9 @@ namespace {
 
 // Whether a worker with this device compiles a waiting candidate while another runs (the
 // evaluator's builders work only where the device is not the host's CPU).
-bool CompilesAhead(const v1::HelloResponse& hello) { return hello.available() && !hello.host_device(); }
+bool CompilesAhead(const RunArgs& args, const v1::HelloResponse& hello) {
+  return args.compile_ahead && hello.available() && !hello.host_device();
+}
 
 int BadInput(const std::string& msg) {
   std::cerr << "kforge run: " << msg << "\n";
@@ -158,7 +160,7 @@ int RunJob(const RunArgs& given) {
       const std::string stream = stream_ready.get();
       if (stream.empty()) return;
       std::jthread second;
-      if (args.compile_ahead && CompilesAhead(hello)) {
+      if (CompilesAhead(args, hello)) {
         second = std::jthread([&, i, evaluator, stream] {
           worker::QueueWorker w(*worker_queue_ptr, *evaluator, stream, absl::StrCat("local-", i, "b"), log);
           w.Run(workers_stop);
@@ -249,7 +251,7 @@ int RunJob(const RunArgs& given) {
   int in_flight = 0;  // candidates the workers take at once: two where one compiles ahead
   for (int i = 0; i < args.workers; ++i) {
     const v1::HelloResponse hello = hello_futures[i].get();
-    in_flight += args.compile_ahead && CompilesAhead(hello) ? 2 : 1;
+    in_flight += CompilesAhead(args, hello) ? 2 : 1;
     if (problem->backend() != v1::BACKEND_REPLAY) {
       if (!hello.available()) {
         std::cerr << "kforge run: " << BackendName(problem->backend()) << " is not available here: "

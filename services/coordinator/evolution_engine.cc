@@ -43,6 +43,35 @@ std::pair<double, double> FitnessInterval(const v1::EvaluationResult& r) {
 
 bool Timed(const Member& m) { return m.fitness_high > 0; }
 
+// Sorts `v` fittest first (equals in candidate order) and calls group(begin, end, place) for each
+// run of members that noise cannot tell from the run's first, fittest run first.
+template <typename Group>
+void ForEachNoiseGroup(std::vector<const Member*>& v, Group group) {
+  std::stable_sort(v.begin(), v.end(), [](const Member* a, const Member* b) {
+    if (a->fitness != b->fitness) return a->fitness > b->fitness;
+    return a->candidate.sequence() < b->candidate.sequence();
+  });
+  int place = 0;
+  for (size_t i = 0; i < v.size(); ++place) {
+    size_t j = i + 1;
+    while (j < v.size() && !FitterBeyondNoise(*v[i], *v[j])) ++j;
+    group(i, j, place);
+    i = j;
+  }
+}
+
+// What a fitness-weighted draw weighs each member by, the same for a group of OrderBeyondNoise:
+// its fitness where it was not timed; where it was, 1 / (1 + the group's place), since any value
+// measured with noise, even the group's, moves the draw's boundaries from run to run.
+std::map<const Member*, double> GroupFitness(std::vector<const Member*> v) {
+  std::map<const Member*, double> out;
+  ForEachNoiseGroup(v, [&](size_t begin, size_t end, int place) {
+    const double f = Timed(*v[begin]) ? 1.0 / (1 + place) : v[begin]->fitness;
+    for (size_t k = begin; k < end; ++k) out[v[k]] = f;
+  });
+  return out;
+}
+
 }  // namespace
 
 bool FitterBeyondNoise(const Member& a, const Member& b) {
@@ -51,40 +80,12 @@ bool FitterBeyondNoise(const Member& a, const Member& b) {
 }
 
 void OrderBeyondNoise(std::vector<const Member*>& v) {
-  std::stable_sort(v.begin(), v.end(), [](const Member* a, const Member* b) {
-    if (a->fitness != b->fitness) return a->fitness > b->fitness;
-    return a->candidate.sequence() < b->candidate.sequence();
-  });
-  // Groups: from its fittest, every next member noise cannot tell from it; each group in
-  // candidate order. Between groups the order is the fitness's.
-  for (size_t i = 0; i < v.size();) {
-    size_t j = i + 1;
-    while (j < v.size() && !FitterBeyondNoise(*v[i], *v[j])) ++j;
-    std::stable_sort(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(j),
+  // Between groups the order is the fitness's; within one, the candidates'.
+  ForEachNoiseGroup(v, [&v](size_t begin, size_t end, int) {
+    std::stable_sort(v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end),
                      [](const Member* a, const Member* b) { return a->candidate.sequence() < b->candidate.sequence(); });
-    i = j;
-  }
+  });
 }
-
-namespace {
-
-// What a fitness-weighted draw weighs each member by, the same for a group of OrderBeyondNoise:
-// its fitness where it was not timed; where it was, 1 / (1 + the group's place), since any value
-// measured with noise, even the group's, moves the draw's boundaries from run to run.
-std::map<const Member*, double> GroupFitness(std::vector<const Member*> v) {
-  std::stable_sort(v.begin(), v.end(), [](const Member* a, const Member* b) { return a->fitness > b->fitness; });
-  std::map<const Member*, double> out;
-  int group = 0;
-  for (size_t i = 0; i < v.size(); ++group) {
-    const double f = Timed(*v[i]) ? 1.0 / (1 + group) : v[i]->fitness;
-    size_t j = i;
-    while (j < v.size() && (j == i || !FitterBeyondNoise(*v[i], *v[j]))) out[v[j++]] = f;
-    i = j;
-  }
-  return out;
-}
-
-}  // namespace
 
 EvolutionEngine::EvolutionEngine(uint64_t seed, EngineOptions options)
     : seed_(seed), opts_(options), islands_(std::max(1, options.islands)) {

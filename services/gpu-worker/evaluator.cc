@@ -242,7 +242,7 @@ void Evaluator::EvaluateOnce(const v1::EvaluationRequest& req, const std::string
     if (st.ahead != nullptr && host >= 0 && (host == 0 || options_.compile_ahead_on_host_device) &&
         !interrupted_) {
       // A kernel the binary cache holds loads as fast without a build.
-      auto cached = [this](const std::string& key) { return binaries_ != nullptr && binaries_->Get(key).has_value(); };
+      auto cached = [this](const std::string& key) { return binaries_ != nullptr && binaries_->Contains(key); };
       const bool built = st.ahead->Build(req.problem(), req.candidate(), options_.screen,
                                          options_.compile_timeout_seconds, cached);
       log_->debug("compiled ahead candidate={} job={} built={}", req.candidate().id(),

@@ -367,20 +367,17 @@ bool Evaluator::Run::Prepare() {
     // What a builder compiled while another candidate held the device (compile_ahead.h), else the
     // kernel binary cache, keyed as the sandbox's own compile cache is, with this device and its
     // compiler: what the runtime built from this request before, else a build to keep.
-    std::string binary_key;
-    std::string built_log;
     const bool cache = ev_.binaries_ != nullptr && ev_.options_.binary_wanted != v1::CompileRequest::BINARY_WANTED_NO;
-    if (cache || st_.ahead != nullptr) binary_key = KernelBinaryKey(*c, p_.backend(), *hello);
+    const std::string binary_key =
+        cache || st_.ahead != nullptr ? KernelBinaryKey(*c, p_.backend(), *hello) : std::string();
     std::optional<BuiltKernel> built = st_.ahead != nullptr ? st_.ahead->Take(binary_key) : std::nullopt;
     if (built.has_value()) {
       c->set_binary(built->binary);
-      built_log = std::move(built->log);
     } else if (cache) {
       if (std::optional<std::string> binary = ev_.binaries_->Get(binary_key)) c->set_binary(*std::move(binary));
     }
     // A binary the runtime refuses (another driver) is compiled from source: its build replaces it.
     if (cache) c->set_want_binary(ev_.options_.binary_wanted);
-    else binary_key.clear();
     auto r = sb_->Call(req, ev_.options_.compile_timeout_seconds);
     if (r.status != Sandbox::CallStatus::kOk) {
       EndCallFailure(v1::STAGE_COMPILE, t0, r);
@@ -388,17 +385,16 @@ bool Evaluator::Run::Prepare() {
     }
     const auto& cr = r.response.compile();
     // Kept: a fresh build's binary, or the builder's that loaded (the sandbox sends none back).
-    const std::string* keep = !cr.binary().empty()                           ? &cr.binary()
-                              : built.has_value() && cr.from_binary() ? &built->binary
-                                                                             : nullptr;
-    if (cr.ok() && keep != nullptr && !binary_key.empty()) {
-      if (absl::Status st = ev_.binaries_->Put(binary_key, *keep); !st.ok()) {
+    const bool from_builder = built.has_value() && cr.from_binary();
+    const std::string& keep = from_builder && cr.binary().empty() ? built->binary : cr.binary();
+    if (cache && cr.ok() && !keep.empty()) {
+      if (absl::Status st = ev_.binaries_->Put(binary_key, keep); !st.ok()) {
         ev_.log_->warn("kernel binary not cached: {}", st.message());
       }
     }
     *res_.mutable_resources() = cr.resources();
     // A loaded cubin has no spill count; the builder's compile had one.
-    if (built.has_value() && cr.from_binary() && cr.resources().spill_bytes() < 0) {
+    if (from_builder && cr.resources().spill_bytes() < 0) {
       res_.mutable_resources()->set_spill_bytes(built->resources.spill_bytes());
     }
     res_.mutable_resources()->set_source_bytes(
@@ -432,7 +428,7 @@ bool Evaluator::Run::Prepare() {
       }
     }
     cand_program_ = cr.program_id();
-    EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, cr.log().empty() && cr.from_binary() ? built_log : cr.log());
+    EndStage(v1::STAGE_COMPILE, t0, v1::OUTCOME_OK, from_builder && cr.log().empty() ? built->log : cr.log());
     res_.mutable_stages()->rbegin()->set_cache_hit(cr.cache_hit() || cr.from_binary());
   }
 

@@ -43,6 +43,11 @@ std::string KernelBinaryCache::PathOf(absl::string_view key) const {
   return absl::StrCat(dir_, "/", Sha256Hex(key), ".bin");
 }
 
+bool KernelBinaryCache::Contains(absl::string_view key) const {
+  std::error_code ec;
+  return fs::is_regular_file(PathOf(key), ec);
+}
+
 std::optional<std::string> KernelBinaryCache::Get(absl::string_view key) {
   const std::string path = PathOf(key);
   std::ifstream in(path, std::ios::binary);

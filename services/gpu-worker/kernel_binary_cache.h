@@ -35,6 +35,8 @@ class KernelBinaryCache {
 
   // The bytes stored under `key`, or nullopt (absent, damaged: a damaged file is removed).
   std::optional<std::string> Get(absl::string_view key);
+  // Whether a file is stored under `key`, without reading it (Get still checks it).
+  bool Contains(absl::string_view key) const;
   // Stores `bytes` under `key` (replacing what was there). A failure leaves the cache as it was.
   absl::Status Put(absl::string_view key, absl::string_view bytes);
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -109,16 +110,33 @@ std::vector<std::string> Replay(EvolutionEngine& engine, const std::vector<Event
   return out;
 }
 
-// A closed loop's child: the parents' knobs (the last parent's win), A and B moved by -2..2.
-std::map<std::string, int64_t> ChildParams(const Selection& s, std::mt19937_64& rng, std::vector<std::string>* parents) {
-  std::map<std::string, int64_t> params = {{"A", 0}, {"B", 0}};
-  for (const Member* m : s.parents) {
-    parents->push_back(m->candidate.id());
-    for (const auto& [key, v] : m->candidate.params()) params[key] = v;
+// A closed loop, as in a job: the seed c0 (A=3, B=3), then children c1..c(n-1), each with its
+// selection's parents' knobs (the last parent's win) and A and B moved by -2..2 from the
+// proposal's mutation seed, evaluated by `evaluate` (which may draw from that seed too). Returns
+// each selection's digest and the search's lead after its child.
+using Evaluate = std::function<v1::EvaluationResult(const std::string& id, std::map<std::string, int64_t>& params,
+                                                    std::mt19937_64& rng)>;
+std::vector<std::string> ClosedLoop(EvolutionEngine& e, const v1::EvaluationResult& seed_result, int n,
+                                    const Evaluate& evaluate) {
+  std::vector<std::string> trace;
+  e.Ingest(Cand("c0", 0, 0, {{"A", 3}, {"B", 3}}, v1::MUTATOR_KIND_SEED), seed_result);
+  for (int64_t k = 1; k < n; ++k) {
+    Selection s = e.Select(k);
+    std::mt19937_64 rng(e.MutationSeed(k));
+    std::vector<std::string> parents;
+    std::map<std::string, int64_t> params = {{"A", 0}, {"B", 0}};
+    for (const Member* m : s.parents) {
+      parents.push_back(m->candidate.id());
+      for (const auto& [key, v] : m->candidate.params()) params[key] = v;
+    }
+    params["A"] += static_cast<int64_t>(rng() % 5) - 2;
+    params["B"] += static_cast<int64_t>(rng() % 5) - 2;
+    const std::string id = absl::StrCat("c", k);
+    v1::EvaluationResult r = evaluate(id, params, rng);
+    e.Ingest(Cand(id, k, s.island, params, v1::MUTATOR_KIND_PARAMETRIC, parents), r);
+    trace.push_back(absl::StrCat(Describe(s), " lead=", e.lead()->candidate.id()));
   }
-  params["A"] += static_cast<int64_t>(rng() % 5) - 2;
-  params["B"] += static_cast<int64_t>(rng() % 5) - 2;
-  return params;
+  return trace;
 }
 
 EngineOptions Opts(int islands = 3, int migration_interval = 10) {
@@ -153,21 +171,11 @@ TEST(EvolutionEngineTest, ClosedLoopIsDeterministic) {
   // The children depend on the selections (parents, island) and the mutation seed, as in a job.
   auto run = [](uint64_t seed) {
     EvolutionEngine e(seed, Opts(2, 5));
-    std::vector<std::string> trace;
-    e.Ingest(Cand("c0", 0, 0, {{"A", 3}, {"B", 3}}, v1::MUTATOR_KIND_SEED), Ok("c0", 1.0));
-    for (int64_t k = 1; k < 120; ++k) {
-      Selection s = e.Select(k);
-      std::mt19937_64 rng(e.MutationSeed(k));
-      std::vector<std::string> parents;
-      std::map<std::string, int64_t> params = ChildParams(s, rng, &parents);
-      const std::string id = absl::StrCat("c", k);
+    return ClosedLoop(e, Ok("c0", 1.0), 120, [](const std::string& id, std::map<std::string, int64_t>& params,
+                                                 std::mt19937_64& rng) {
       const double speed = 4.0 / (1.0 + 0.1 * std::abs(params["A"] - 9) + 0.1 * std::abs(params["B"] + 4));
-      const bool fail = rng() % 5 == 0;
-      e.Ingest(Cand(id, k, s.island, params, v1::MUTATOR_KIND_PARAMETRIC, parents),
-               fail ? Failed(id) : Ok(id, speed));
-      trace.push_back(Describe(s));
-    }
-    return trace;
+      return rng() % 5 == 0 ? Failed(id) : Ok(id, speed);
+    });
   };
   const auto a = run(5);
   EXPECT_EQ(a, run(5));
@@ -197,22 +205,14 @@ TEST(EvolutionEngineTest, MeasurementsThatDifferOnlyByTheirNoiseGiveTheSameSelec
     EvolutionEngine e(5, Opts(2, 5));
     std::mt19937_64 noise(noise_seed);
     std::uniform_real_distribution<double> jitter(-0.015, 0.015);
-    std::vector<std::string> trace;
-    e.Ingest(Cand("c0", 0, 0, {{"A", 3}, {"B", 3}}, v1::MUTATOR_KIND_SEED), timed_ok("c0", 1.0, 0.02, intervals));
-    for (int64_t k = 1; k < 150; ++k) {
-      Selection s = e.Select(k);
-      std::mt19937_64 rng(e.MutationSeed(k));
-      std::vector<std::string> parents;
-      std::map<std::string, int64_t> params = ChildParams(s, rng, &parents);
-      const std::string id = absl::StrCat("c", k);
-      // Plateaus 25% apart: many candidates equally fast, each level far beyond the noise.
-      const int64_t level = std::clamp<int64_t>(6 - (std::abs(params["A"] - 9) + std::abs(params["B"] + 4)) / 3, 0, 6);
-      const double measured = std::pow(1.25, static_cast<double>(level)) * (1 + jitter(noise));
-      e.Ingest(Cand(id, k, s.island, params, v1::MUTATOR_KIND_PARAMETRIC, parents),
-               timed_ok(id, measured, 0.02, intervals));
-      trace.push_back(absl::StrCat(Describe(s), " lead=", e.lead()->candidate.id()));
-    }
-    return trace;
+    return ClosedLoop(e, timed_ok("c0", 1.0, 0.02, intervals), 150,
+                      [&](const std::string& id, std::map<std::string, int64_t>& params, std::mt19937_64&) {
+                        // Plateaus 25% apart: many candidates equally fast, each level far beyond the noise.
+                        const int64_t level = std::clamp<int64_t>(
+                            6 - (std::abs(params["A"] - 9) + std::abs(params["B"] + 4)) / 3, 0, 6);
+                        const double measured = std::pow(1.25, static_cast<double>(level)) * (1 + jitter(noise));
+                        return timed_ok(id, measured, 0.02, intervals);
+                      });
   };
   const auto first = run(1, true);
   for (uint64_t noise_seed : {2, 3, 4}) {
