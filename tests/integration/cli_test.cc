@@ -393,6 +393,23 @@ TEST_P(ServiceBinaryTest, TypedEnvOverride) {
   EXPECT_THAT(r.err, HasSubstr(GetParam().typed_key));
 }
 
+// The builders' settings: a count out of range, or a switch that is not a boolean, is refused at
+// start, naming the key.
+TEST(GpuWorkerConfigTest, CompileAheadSettingsOutOfRangeAreRefusedByName) {
+  const std::string bin = BinaryDir() + "/services/gpu-worker/kforge-gpu-worker";
+  for (const std::string& bad : {"KFORGE_WORKER_WORKER_COMPILE_THREADS=65", "KFORGE_WORKER_WORKER_COMPILE_THREADS=-1",
+                                 "KFORGE_WORKER_WORKER_COMPILE_AHEAD_ON_CPU=perhaps"}) {
+    RunResult r = RunProgram(bin, {"--print-config"}, {bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(bad.find("THREADS") != std::string::npos ? "worker.compile_threads"
+                                                                           : "worker.compile_ahead_on_cpu"))
+        << bad;
+  }
+  RunResult ok = RunProgram(bin, {"--print-config"}, {"KFORGE_WORKER_WORKER_COMPILE_THREADS=3"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("compile_threads: 3"));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Services, ServiceBinaryTest,
     ::testing::Values(
