@@ -13,10 +13,10 @@
 // its results later.
 //
 // --history FILE...: the same kernel recorded on other devices (or shapes), as the fleet's
-// earlier jobs; a file never serves as its own history. Their configurations, ranked by their mean
-// relative rank over those files (a 2x faster GPU does not outweigh a slower one), are proposed
-// first (--history-first N, default a third of the budget), then the search goes on as usual;
-// --history-screen F: the history ranks the surrogate's children until that fraction of the budget.
+// earlier jobs; a file never serves as its own history. They are given to each job as the warm
+// start the coordinator would have looked up in its store (services/coordinator/warm_start.h):
+// their best configurations by mean relative rank are proposed first (--history-first N), and
+// their ranks are the screener's prior.
 //
 // Quality of a run = optimum time in the file / best time found within the budget (1.0 = found
 // the optimum). Both searches draw only configurations the file records as valid; failures
@@ -55,84 +55,31 @@ using namespace kforge;
 
 namespace {
 
-// Proposes the ranked history configurations first (valid here and unseen), one a call, then
-// leaves the proposals to the inner mutator.
-class HistoryFirstMutator final : public Mutator {
- public:
-  HistoryFirstMutator(Mutator& inner, const std::vector<ParamAssignment>* ranked, int max, ValidityFn valid)
-      : inner_(inner), ranked_(ranked), max_(max), valid_(std::move(valid)) {}
-  absl::StatusOr<v1::MutateResponse> Mutate(const v1::MutateRequest& req, const SeenFn& seen) override {
-    while (used_ < max_ && ranked_ != nullptr && next_ < ranked_->size() && !req.parents().empty()) {
-      const ParamAssignment& a = (*ranked_)[next_++];
-      if (!valid_(a)) continue;
-      v1::Candidate c = llm::WithParams(req.parents(0).candidate(), a, nullptr);
-      if (seen(c.content_hash())) continue;
-      c.set_note("history");
-      ++used_;
-      v1::MutateResponse resp;
-      *resp.add_children() = std::move(c);
-      return resp;
-    }
-    return inner_.Mutate(req, seen);
+// A recorded file as one of the fleet's earlier jobs: each recorded configuration with its time
+// (a failure ranks last), in key order.
+coordinator::PriorRun PriorRunOf(const KtCache& cache) {
+  coordinator::PriorRun run{.job_id = cache.device_name, .device = cache.device_name};
+  std::vector<std::string> keys;
+  for (const auto& [key, e] : cache.entries) {
+    if (e.recorded()) keys.push_back(key);
   }
-
- private:
-  Mutator& inner_;
-  const std::vector<ParamAssignment>* ranked_;
-  const int max_;
-  ValidityFn valid_;
-  int used_ = 0;
-  size_t next_ = 0;
-};
-
-// The history's configurations by their mean relative rank (0 = fastest) over the files that
-// recorded them ok; one a file failed ranks last there.
-std::vector<ParamAssignment> RankHistory(const std::vector<const KtCache*>& history,
-                                         std::map<std::string, double>* mean_rank) {
-  std::map<std::string, std::pair<double, int>> score;  // key -> (sum of relative ranks, files)
-  std::map<std::string, ParamAssignment> assignment;
-  for (const KtCache* h : history) {
-    std::vector<std::pair<double, std::string>> ok;
-    for (const auto& [key, e] : h->entries) {
-      if (e.ok) ok.emplace_back(e.time_ms, key);
+  std::sort(keys.begin(), keys.end());
+  for (const std::string& key : keys) {
+    const KtEntry& e = cache.entries.at(key);
+    ParamAssignment a;
+    std::vector<absl::string_view> vals = absl::StrSplit(key, ',');
+    for (size_t k = 0; k < cache.keys.size() && k < vals.size(); ++k) {
+      int64_t v = 0;
+      if (absl::SimpleAtoi(vals[k], &v)) a[cache.keys[k]] = v;
     }
-    std::sort(ok.begin(), ok.end());
-    std::map<std::string, double> rel;
-    for (size_t i = 0; i < ok.size(); ++i) rel[ok[i].second] = ok.size() > 1 ? static_cast<double>(i) / (ok.size() - 1) : 0;
-    for (const auto& [key, e] : h->entries) {
-      if (!e.recorded()) continue;
-      auto& [sum, n] = score[key];
-      auto it = rel.find(key);
-      sum += it != rel.end() ? it->second : 1.0;
-      ++n;
-      if (!assignment.contains(key)) {
-        ParamAssignment a;
-        std::vector<absl::string_view> vals = absl::StrSplit(key, ',');
-        for (size_t k = 0; k < h->keys.size() && k < vals.size(); ++k) {
-          int64_t v = 0;
-          if (absl::SimpleAtoi(vals[k], &v)) a[h->keys[k]] = v;
-        }
-        assignment[key] = std::move(a);
-      }
-    }
+    run.points.push_back({std::move(a), e.ok ? std::optional<double>(std::log(e.time_ms)) : std::nullopt});
   }
-  std::vector<std::pair<double, std::string>> order;
-  for (const auto& [key, sn] : score) {
-    order.emplace_back(sn.first / sn.second, key);
-    (*mean_rank)[key] = sn.first / sn.second;
-  }
-  std::sort(order.begin(), order.end());
-  std::vector<ParamAssignment> out;
-  for (const auto& [s, key] : order) out.push_back(assignment[key]);
-  return out;
+  return run;
 }
 
-const std::vector<ParamAssignment>* g_history = nullptr;
-int g_history_first = -1;  // -1: a third of the budget
-// The history's mean relative rank by configuration key (see RankHistory), and until which
-// fraction of the budget the screener ranks children by it (-1: never).
-const std::map<std::string, double>* g_history_rank = nullptr;
-double g_history_screen = -1;
+std::optional<coordinator::WarmStart> g_history;
+bool g_trace = false;  // each evaluation on stderr
+int g_history_first = -1;  // -1: the job's default
 
 struct RunOutcome {
   double quality = 0;
@@ -151,23 +98,12 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   MemoryStore store;
   MemoryWorkQueue queue(clock, 3600);
   auto validity = [&cache](const ParamAssignment& a) { return cache.Records(a); };
-  llm::ParametricMutator parametric({}, validity);
-  HistoryFirstMutator mutator(parametric, g_history,
-                              g_history_first >= 0 ? g_history_first : static_cast<int>(budget / 3), validity);
+  llm::ParametricMutator mutator({}, validity);
   coordinator::JobRunnerOptions options = g_pipeline;
+  options.warm_start = g_history;
+  options.warm_proposals = g_history_first;
   std::atomic<int64_t> evaluations{0};
-  if (g_history_screen >= 0 && g_history_rank != nullptr) {
-    const auto until = static_cast<int64_t>(std::ceil(g_history_screen * static_cast<double>(budget)));
-    options.screen_oracle = [&cache, &evaluations, until](const v1::Candidate& c) -> std::optional<double> {
-      if (evaluations.load() >= until) return std::nullopt;  // the surrogate screens from here
-      const ParamAssignment a(c.params().begin(), c.params().end());
-      std::string key;
-      for (const auto& k : cache.keys) absl::StrAppend(&key, key.empty() ? "" : ",", a.contains(k) ? a.at(k) : 0);
-      auto it = g_history_rank->find(key);
-      if (it == g_history_rank->end()) return std::nullopt;
-      return it->second;
-    };
-  } else if (g_screen_oracle_from >= 0) {
+  if (g_screen_oracle_from >= 0) {
     const auto from =
         static_cast<int64_t>(std::ceil(g_screen_oracle_from * static_cast<double>(budget)));
     options.screen_oracle = [&cache, &evaluations,
@@ -209,8 +145,21 @@ RunOutcome RunEngine(const v1::Problem& problem, const KtCache& cache, double op
   RunOutcome out;
   out.seconds = secs;
   auto evals = store.ListEvaluations(job->id());
+  auto cands = store.ListCandidates(job->id());
   double best_ms = 0;
   for (const auto& e : *evals) {
+    if (g_trace && cands.ok()) {
+      for (const auto& c : *cands) {
+        if (c.id() != e.candidate_id()) continue;
+        std::string params;
+        for (const auto& k : cache.keys) absl::StrAppend(&params, params.empty() ? "" : ",", c.params().at(k));
+        std::cerr << absl::StrFormat("seed %d %s %s %s quality %.3f\n", seed, c.id().substr(c.id().size() - 3), params,
+                                     c.note().substr(0, 30),
+                                     e.outcome() == v1::OUTCOME_OK
+                                         ? optimum / (e.timings(0).candidate().median_seconds() * 1e3)
+                                         : 0.0);
+      }
+    }
     ++out.evaluations;
     if (e.outcome() != v1::OUTCOME_OK) continue;
     const double ms = e.timings(0).candidate().median_seconds() * 1e3;
@@ -246,15 +195,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> history_files;
   app.add_option("--history", history_files,
                  "the same kernel recorded on other devices or shapes (Kernel Tuner caches), as the fleet's "
-                 "earlier jobs: their configurations by mean rank are proposed first");
-  app.add_option("--history-first", g_history_first, "history proposals per run (default: a third of the budget)");
-  app.add_option("--history-screen", g_history_screen,
-                 "the surrogate's screening of children ranks them by the history instead until this fraction "
-                 "of the budget is spent (default: never)")
-      ->check(CLI::Range(0.0, 1.0));
+                 "earlier jobs: each job's warm start (a file never serves as its own history)");
+  app.add_option("--history-first", g_history_first,
+                 "history configurations proposed first (default: the job's, one per 40 of the budget)");
   app.add_option("--budget", budgets_text, "comma-separated evaluation budgets");
   app.add_option("--seeds", seeds, "runs per file and budget");
   app.add_flag("--json", json, "print JSON instead of a table");
+  app.add_flag("--trace", g_trace, "print each evaluation (configuration, note, quality) on stderr");
   int islands = 0, warmup = 0, screen = 0;
   double exploit = 0, explore = 0, crossover = 0;
   app.add_option("--islands", islands, "engine islands (default: the job default)");
@@ -320,12 +267,11 @@ int main(int argc, char** argv) {
       }
       loaded.push_back(*std::move(hc));
     }
-    std::vector<const KtCache*> history;
-    for (const auto& h : loaded) history.push_back(&h);
-    std::map<std::string, double> mean_rank;
-    const std::vector<ParamAssignment> ranked = RankHistory(history, &mean_rank);
-    g_history = history.empty() ? nullptr : &ranked;
-    g_history_rank = history.empty() ? nullptr : &mean_rank;
+    g_history.reset();
+    if (!loaded.empty()) {
+      g_history.emplace();
+      for (const auto& h : loaded) g_history->runs.push_back(PriorRunOf(h));
+    }
     std::vector<const KtEntry*> valid;
     for (const auto& [k, e] : cache->entries) {
       if (e.recorded()) valid.push_back(&e);

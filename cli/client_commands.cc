@@ -210,6 +210,7 @@ absl::StatusOr<Submitted> SubmitProblem(CoordinatorClient& client, const SubmitA
   spec.mutable_evolution()->set_screen_children(args.screen);
   spec.set_seed(args.seed);
   spec.set_fresh(args.fresh);
+  spec.set_cold(args.cold);
   spec.set_priority(args.priority);
   spec.set_display_name(problem->name());
   req.set_idempotency_key(args.idempotency_key);
@@ -356,6 +357,7 @@ int StatusCommand(const ClientArgs& client_args, const std::string& job_id, bool
   if (!p.outcome_counts().empty()) std::cout << "; " << FormatCounts(Counts(p));
   std::cout << "\n";
   std::cout << "budget: " << BudgetText(job.spec().budget()) << "\n";
+  if (!job.warm_start().empty()) std::cout << job.warm_start() << "\n";
   if (p.llm_tokens() > 0 || p.llm_cost_usd() > 0) {
     std::cout << absl::StrFormat("model calls: %d tokens, %.4f USD\n", p.llm_tokens(), p.llm_cost_usd());
   }
@@ -518,6 +520,9 @@ void ClientCommands::Register(CLI::App& app) {
   submit_cmd_->add_flag("--fresh", submit_.fresh,
                         "measure every candidate anew (by default a candidate one of your earlier jobs evaluated on "
                         "the same problem and device class is not run again: that evaluation is reused)");
+  submit_cmd_->add_flag("--cold", submit_.cold,
+                        "start from nothing (by default the search is warmed by your earlier jobs of the same kernel "
+                        "on other devices or shapes)");
   submit_cmd_->add_flag("--watch", submit_.watch, "follow the job's progress until it ends");
   add_client_options(submit_cmd_);
 

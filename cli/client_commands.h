@@ -29,6 +29,7 @@ struct SubmitArgs {
   int screen = 0;
   std::string idempotency_key;
   bool fresh = false;  // measure every candidate; no earlier job's evaluation is reused
+  bool cold = false;   // no warm start from earlier jobs of the same kernel
   bool watch = false;
   // A PyTorch module file instead of a folder: imported first (kforge import) with these.
   std::vector<std::string> sets;

@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
   run->add_flag("--fresh", run_args.fresh,
                 "measure every candidate anew (by default a candidate an earlier job in the same --db evaluated "
                 "on this device is not run again: that evaluation is reused)");
+  run->add_flag("--cold", run_args.cold,
+                "start from nothing (by default the search is warmed by earlier jobs in the same --db that tuned "
+                "the same kernel on other devices or shapes: their best configurations and their ranking)");
   run->add_flag("--quiet", run_args.quiet, "print only the final summary");
   run->add_option("--llm", run_args.llm_config, "LLM providers YAML (see README); default: parametric only");
   run->add_option("--llm-proxy", run_args.llm_proxy, "host:port of a kforge-llm-proxy to ask for mutations");

@@ -288,6 +288,7 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
     top.push_back(row);
   }
   report["top"] = top;
+  if (!job.warm_start().empty()) report["warm_start"] = job.warm_start();
   if (job.has_best()) {
     const ReportedSpeedup s = ReportedSpeedupOf(job, job.best(), job.best_result());
     report["best"] = SpeedupJson(job.best().id(), s);
@@ -303,6 +304,11 @@ absl::Status WriteReport(const std::string& out_dir, const v1::Job& job, const s
   if (reused > 0) {
     absl::StrAppend(&md, "  - ", reused, " of them reused from earlier jobs on the same problem and device (",
                     absl::StrJoin(reused_from, ", "), "), not run again; `--fresh` measures every candidate\n");
+  }
+  if (!job.warm_start().empty()) {
+    absl::StrAppend(&md, "- ", job.warm_start(),
+                    ": their ranking steered the search, none of their timings counts here; `--cold` starts from "
+                    "nothing\n");
   }
   if (job.has_best()) {
     const v1::Candidate& b = job.best();

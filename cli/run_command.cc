@@ -300,6 +300,7 @@ int RunJob(const RunArgs& given) {
     spec.mutable_evolution()->set_screen_children(args.screen);
     spec.set_seed(args.seed);
     spec.set_fresh(args.fresh);
+    spec.set_cold(args.cold);
     spec.set_tenant("local");
     auto job = runner.Submit(spec);
     if (!job.ok()) return BadInput(std::string(job.status().message()));
@@ -378,6 +379,7 @@ int RunJob(const RunArgs& given) {
     std::cout << reused << " of the evaluations were reused from earlier jobs in " << db_shown
               << " (run with --fresh to measure every candidate)\n";
   }
+  if (!job->warm_start().empty()) std::cout << job->warm_start() << " (run with --cold to start from nothing)\n";
   if (job->state() == v1::JOB_STATE_INTERRUPTED) {
     std::cout << "resume with: kforge run " << args.problem_dir << " --resume --db " << db_shown << "\n";
   }

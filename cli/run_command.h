@@ -39,6 +39,7 @@ struct RunArgs {
   bool always_remeasure = false;  // ... even when their benchmarks already separate the best
   bool compile_ahead = true;      // a second candidate per worker, compiled while one runs (not PoCL)
   bool fresh = false;          // measure every candidate; no earlier job's evaluation is reused
+  bool cold = false;           // no warm start from earlier jobs of the same kernel
   std::string cache_dir = DefaultCacheDir();  // the runtimes' kernel caches; "" = none kept
   // A PyTorch module file (FILE.py) instead of a folder: imported (kforge import) with these.
   std::vector<std::string> sets;

@@ -365,6 +365,18 @@ std::string HashProblem(const v1::Problem& problem) {
   return Sha256Hex(Deterministic(copy));
 }
 
+std::string HashKernel(const v1::Problem& problem) {
+  std::vector<std::string> names;
+  for (const v1::Param& p : problem.seed().params()) names.push_back(p.name());
+  std::sort(names.begin(), names.end());
+  std::string text = absl::StrCat("backend=", static_cast<int>(problem.backend()), "\n");
+  // Length-prefixed: no source can be made to read like another source plus a knob name.
+  const std::string source = NormaliseSource(problem.seed().source());
+  absl::StrAppend(&text, "source ", source.size(), "\n", source, "\n");
+  for (const auto& n : names) absl::StrAppend(&text, "param ", n.size(), " ", n, "\n");
+  return Sha256Hex(text);
+}
+
 std::string HashCandidate(const v1::Candidate& candidate) { return CandidateHasher().Hash(candidate); }
 
 void CandidateHasher::CtxDeleter::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }

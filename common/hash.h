@@ -40,6 +40,11 @@ std::string NormaliseSource(absl::string_view source);
 // Hash of everything in the problem except content_hash itself.
 std::string HashProblem(const v1::Problem& problem);
 
+// The kernel a problem tunes, whatever its sizes, checks and reference: the backend, the seed's
+// normalised source and its knob names. Jobs with the same kernel key on other devices or shapes
+// are the history a job's warm start draws on.
+std::string HashKernel(const v1::Problem& problem);
+
 // Hash of normalised source + launch plan + params (sorted). Ids, lineage and timestamps do not
 // count: two candidates with the same hash compute the same thing the same way.
 std::string HashCandidate(const v1::Candidate& candidate);

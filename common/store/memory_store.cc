@@ -1,3 +1,4 @@
+#include "common/hash.h"
 #include "common/store/memory_store.h"
 
 #include <algorithm>
@@ -49,6 +50,7 @@ absl::StatusOr<v1::Job> MemoryStore::CreateJob(const v1::Job& job) {
   d.job = job;
   d.job.set_version(1);
   d.created_order = next_order_++;
+  d.kernel_key = HashKernel(job.spec().problem());
   return d.job;
 }
 
@@ -89,6 +91,7 @@ absl::StatusOr<std::vector<v1::Job>> MemoryStore::ListJobs(const JobQuery& q) {
   for (const auto& [id, d] : jobs_) {
     if (!q.tenant.empty() && d.job.spec().tenant() != q.tenant) continue;
     if (!q.problem_hash.empty() && d.job.spec().problem().content_hash() != q.problem_hash) continue;
+    if (!q.kernel_key.empty() && d.kernel_key != q.kernel_key) continue;
     if (q.state != v1::JOB_STATE_UNSPECIFIED && d.job.state() != q.state) continue;
     if (d.created_order >= before) continue;
     found.push_back(&d);

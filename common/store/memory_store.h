@@ -49,6 +49,7 @@ class MemoryStore final : public Store {
   struct JobData {
     v1::Job job;
     int64_t created_order = 0;
+    std::string kernel_key;  // HashKernel of the problem, as the databases keep it in a column
     std::vector<v1::Candidate> candidates;
     std::map<std::string, size_t> by_hash, by_id;
     std::map<std::string, v1::EvaluationResult> evaluations;  // by candidate id

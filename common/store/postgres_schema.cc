@@ -64,6 +64,10 @@ const char* const kMigrations[] = {
        CREATE INDEX api_keys_tenant ON api_keys(tenant);)",
     // Earlier evaluations of a candidate, found by its content hash (result reuse across jobs).
     R"(CREATE INDEX candidates_content ON candidates(content_hash);)",
+    // Jobs of the same kernel on other devices and shapes (warm starts). Rows written before this
+    // have no key: they are never found as history.
+    R"(ALTER TABLE jobs ADD COLUMN kernel_key TEXT NOT NULL DEFAULT '';
+       CREATE INDEX jobs_kernel ON jobs(tenant, kernel_key);)",
 };
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "common/hash.h"
 #include "common/store/postgres_store.h"
 
 #include <algorithm>
@@ -94,12 +95,13 @@ absl::StatusOr<v1::Job> PostgresStore::CreateJob(const v1::Job& job) {
   v1::Job stored = job;
   stored.set_version(1);
   const std::string body = stored.SerializeAsString();
+  const std::string kernel_key = HashKernel(job.spec().problem());
   return WithTransaction<v1::Job>("create job", [&](pqxx::transaction_base& w, int attempt) -> absl::StatusOr<v1::Job> {
     pqxx::result r = w.exec_params(
-        "INSERT INTO jobs (id, tenant, problem_hash, state, body, idempotency_key) VALUES ($1, $2, $3, $4, $5, $6) "
-        "ON CONFLICT DO NOTHING RETURNING id",
+        "INSERT INTO jobs (id, tenant, problem_hash, state, body, idempotency_key, kernel_key) VALUES ($1, $2, $3, "
+        "$4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING id",
         job.id(), job.spec().tenant(), job.spec().problem().content_hash(), static_cast<int>(job.state()),
-        pqxx::binarystring(body), job.idempotency_key());
+        pqxx::binarystring(body), job.idempotency_key(), kernel_key);
     if (!r.empty()) return stored;
     if (!job.idempotency_key().empty()) {
       // A concurrent submit with the same key waited on the unique index and finds its row.
@@ -154,9 +156,9 @@ absl::StatusOr<std::vector<v1::Job>> PostgresStore::ListJobs(const JobQuery& q) 
   return WithTransaction<std::vector<v1::Job>>("list jobs", [&](pqxx::transaction_base& w, int) {
     pqxx::result r = w.exec_params(
         "SELECT body, version FROM jobs WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR problem_hash = $2) AND "
-        "($3 = 0 OR state = $3) AND ($5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
+        "($6 = '' OR kernel_key = $6) AND ($3 = 0 OR state = $3) AND ($5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
         "WHERE id = $5), 0)) ORDER BY created_order DESC LIMIT $4",
-        q.tenant, q.problem_hash, static_cast<int>(q.state), q.limit, q.after_job_id);
+        q.tenant, q.problem_hash, static_cast<int>(q.state), q.limit, q.after_job_id, q.kernel_key);
     return JobsFromRows(r);
   });
 }

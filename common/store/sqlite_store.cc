@@ -1,3 +1,4 @@
+#include "common/hash.h"
 #include "common/store/sqlite_store.h"
 
 #include <sqlite3.h>
@@ -184,10 +185,10 @@ absl::StatusOr<v1::Job> SqliteStore::CreateJob(const v1::Job& job) {
     v1::Job stored = job;
     stored.set_version(1);
     Stmt s(db_,
-           "INSERT INTO jobs (id, tenant, problem_hash, state, created_order, body, idempotency_key) VALUES (?, ?, ?, "
-           "?, (SELECT COALESCE(MAX(created_order), 0) + 1 FROM jobs), ?, ?)");
+           "INSERT INTO jobs (id, tenant, problem_hash, state, created_order, body, idempotency_key, kernel_key) "
+           "VALUES (?, ?, ?, ?, (SELECT COALESCE(MAX(created_order), 0) + 1 FROM jobs), ?, ?, ?)");
     s.Text(1, job.id()).Text(2, job.spec().tenant()).Text(3, job.spec().problem().content_hash()).Int(4, job.state())
-        .Blob(5, stored.SerializeAsString()).Text(6, job.idempotency_key());
+        .Blob(5, stored.SerializeAsString()).Text(6, job.idempotency_key()).Text(7, HashKernel(job.spec().problem()));
     const int rc = s.Step();
     if (rc == SQLITE_CONSTRAINT) return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " exists"));
     if (rc != SQLITE_DONE) return Error("insert job");
@@ -238,9 +239,9 @@ absl::StatusOr<std::vector<v1::Job>> SqliteStore::ListJobs(const JobQuery& q) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
          "SELECT body, version FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR problem_hash = ?2) AND "
-         "(?3 = 0 OR state = ?3) AND (?5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
+         "(?6 = '' OR kernel_key = ?6) AND (?3 = 0 OR state = ?3) AND (?5 = '' OR created_order < COALESCE((SELECT created_order FROM jobs "
          "WHERE id = ?5), 0)) ORDER BY created_order DESC LIMIT ?4");
-  s.Text(1, q.tenant).Text(2, q.problem_hash).Int(3, q.state).Int(4, q.limit).Text(5, q.after_job_id);
+  s.Text(1, q.tenant).Text(2, q.problem_hash).Int(3, q.state).Int(4, q.limit).Text(5, q.after_job_id).Text(6, q.kernel_key);
   std::vector<v1::Job> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {

@@ -25,6 +25,7 @@ namespace kforge {
 struct JobQuery {
   std::string tenant;          // "" = any tenant
   std::string problem_hash;    // "" = any problem
+  std::string kernel_key;      // HashKernel of the job's problem; "" = any kernel
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // unspecified = any
   int limit = 100;
   std::string after_job_id;    // paging: only jobs created before this one ("" = from the newest)

@@ -135,6 +135,8 @@ absl::StatusOr<bool> JobDriver::Begin() {
   resumed_elapsed_ = job_.progress().elapsed_seconds();
   start_ = clock_.MonotonicSeconds();
 
+  KF_RETURN_IF_ERROR(BeginWarmStart());
+
   losses_ = queue_.DataLosses();
   KF_RETURN_IF_ERROR(Redispatch());
 

@@ -131,6 +131,10 @@ class JobDriver {
   absl::StatusOr<bool> Reuse(const v1::Candidate& c);
   // Takes the finalists' re-measurement from the earlier job they all came from, when it made one.
   bool ReuseConfirmation(const std::vector<const Member*>& finalists);
+  // Looks up the job's history, hands it to the screener and readies its first proposals.
+  absl::Status BeginWarmStart();
+  // The next history configuration to propose, if any are left.
+  std::optional<v1::Candidate> NextWarmProposal();
   absl::Status RecordModelCalls(int64_t seq, const v1::MutateResponse& resp);
   bool ModelBudgetSpent();
   // Proposes one candidate (added to cands_, not yet stored: see DispatchProposed).
@@ -203,6 +207,10 @@ class JobDriver {
   std::unique_ptr<EvolutionEngine> engine_;
   std::optional<ParamSpace> space_;
   std::unique_ptr<Screener> screener_;
+  std::vector<ParamAssignment> warm_ranked_;  // the history's configurations, best first
+  size_t warm_next_ = 0;
+  int warm_left_ = 0;                         // history proposals still to make
+  ValidityFn warm_valid_;                     // a replay problem's recorded configurations
   int screen_children_ = 16;
 
   std::vector<v1::Candidate> cands_;                       // in sequence order

@@ -42,6 +42,39 @@ std::vector<int> Screener::Features(const std::vector<int>& positions) const {
   return f;
 }
 
+std::vector<int> Screener::Positions(const std::vector<int>& features) const {
+  return std::vector<int>(features.begin(), features.begin() + static_cast<std::ptrdiff_t>(space_.params().size()));
+}
+
+void Screener::SetPrior(const v1::Candidate& seed, const WarmStart& warm) {
+  Prior prior(space_, warm);
+  if (prior.empty()) return;
+  prior_.emplace(std::move(prior));
+  prior_variant_ = VariantKey(seed);
+}
+
+std::vector<double> Screener::PriorWeights(const std::vector<std::vector<int>>& points,
+                                           const std::vector<double>& objective) const {
+  std::vector<std::vector<int>> positions;
+  positions.reserve(points.size());
+  for (const auto& p : points) positions.push_back(Positions(p));
+  return prior_->Weights(positions, objective);
+}
+
+std::optional<int> Screener::ChooseByPrior(const std::vector<std::vector<int>>& children,
+                                           const std::vector<double>& weights) const {
+  std::optional<int> best;
+  double best_rank = 0;
+  for (size_t i = 0; i < children.size(); ++i) {
+    const std::optional<double> rank = prior_->Rank(children[i], weights);
+    if (rank.has_value() && (!best.has_value() || *rank < best_rank)) {
+      best_rank = *rank;
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
 std::string Screener::VariantKey(const v1::Candidate& c) {
   v1::Candidate probe;
   probe.set_source(c.source());
@@ -95,7 +128,30 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
     if (!same_bytes && VariantKey(c) != key) return 0;
   }
   auto it = variants_.find(key);
-  if (it == variants_.end() || it->second.ok < options_.min_points) return 0;
+  const bool with_prior = prior_.has_value() && key == prior_variant_;
+  std::vector<std::vector<int>> child_positions;
+  if (with_prior) {
+    for (const v1::Candidate* c : children) {
+      auto idx = space_.ValueIndices(ParamAssignment(c->params().begin(), c->params().end()));
+      if (!idx.has_value()) return 0;
+      child_positions.push_back(*std::move(idx));
+    }
+  }
+  if (it == variants_.end() || it->second.ok < options_.min_points) {
+    if (!with_prior) return 0;
+    // Too few points of its own for a model: the history ranks the children, its runs weighted
+    // by how they order what the variant has measured (equally before that).
+    std::vector<double> weights(prior_->runs(), 1.0);
+    if (it != variants_.end()) {
+      const History& h = it->second;
+      double worst = 0;
+      for (const auto& t : h.log_time) worst = std::max(worst, t.value_or(worst));
+      std::vector<double> objective;
+      for (const auto& t : h.log_time) objective.push_back(t.value_or(worst));
+      weights = PriorWeights(h.points, objective);
+    }
+    return ChooseByPrior(child_positions, weights).value_or(0);
+  }
   History& h = it->second;
   // Failures count as the worst time among the first `n` points.
   auto objective_of = [&h](size_t n) {
@@ -132,7 +188,40 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   Surrogate model(cardinality_, alignment_span_,
                   {.max_points = options_.max_points,
                    .fixed_shape = global ? Surrogate::kGlobalDrawShape : h.shape});
-  if (!model.Fit(h.points, objective).ok()) return 0;
+  // With a history: the objective's linear part in the history's rank is taken out (its slope
+  // fitted here, never negative), and the surrogate models the rest.
+  std::vector<double> weights;
+  double slope = 0, mean_rank = 0;
+  std::vector<double> residual = objective;
+  if (with_prior) {
+    weights = PriorWeights(h.points, objective);
+    std::vector<std::optional<double>> rank;
+    double n = 0;
+    for (const auto& p : h.points) {
+      rank.push_back(prior_->Rank(Positions(p), weights));
+      if (rank.back().has_value()) {
+        mean_rank += *rank.back();
+        ++n;
+      }
+    }
+    if (n >= 2) {
+      mean_rank /= n;
+      double mean_y = 0;
+      for (size_t i = 0; i < rank.size(); ++i) {
+        if (rank[i].has_value()) mean_y += objective[i];
+      }
+      mean_y /= n;
+      double cov = 0, var = 0;
+      for (size_t i = 0; i < rank.size(); ++i) {
+        if (!rank[i].has_value()) continue;
+        cov += (*rank[i] - mean_rank) * (objective[i] - mean_y);
+        var += (*rank[i] - mean_rank) * (*rank[i] - mean_rank);
+      }
+      slope = var > 1e-12 ? std::max(0.0, cov / var) : 0.0;
+      for (size_t i = 0; i < rank.size(); ++i) residual[i] -= slope * (rank[i].value_or(mean_rank) - mean_rank);
+    }
+  }
+  if (!model.Fit(h.points, residual).ok()) return 0;
 
   std::mt19937_64 rng(seed ^ 0x2545f4914f6cdd1dULL);
   std::normal_distribution<double> z(0, 1);
@@ -143,7 +232,9 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
         ParamAssignment(children[i]->params().begin(), children[i]->params().end()));
     if (!idx.has_value()) return 0;
     const auto pred = model.Predict(Features(*idx));
-    const double score = pred.mean + (global ? options_.global_exploration : options_.exploration) * pred.sd * z(rng);
+    double prior_part = 0;
+    if (slope > 0) prior_part = slope * (prior_->Rank(*idx, weights).value_or(mean_rank) - mean_rank);
+    const double score = prior_part + pred.mean + (global ? options_.global_exploration : options_.exploration) * pred.sd * z(rng);
     if (score < best_score) {
       best_score = score;
       best = static_cast<int>(i);

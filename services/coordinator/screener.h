@@ -20,6 +20,7 @@
 #include "common/param_space.h"
 #include "kforge/v1/candidate.pb.h"
 #include "kforge/v1/evaluation.pb.h"
+#include "services/coordinator/warm_start.h"
 
 namespace kforge::coordinator {
 
@@ -54,6 +55,12 @@ class Screener {
   // Records an evaluation (in sequence order). Infrastructure errors say nothing about the
   // candidate and are skipped; every other failure counts as the variant's worst time.
   void Record(const v1::Candidate& candidate, const v1::EvaluationResult& result);
+  // The fleet's history of this kernel (warm_start.h), for the seed's variant (the seed's source and
+  // plan with any knobs): until the variant has enough points of its own, children are ranked by
+  // the history alone; from then on the surrogate models this job's costs as a linear function of
+  // the history's rank (its slope fitted to the job's own points, never negative) plus what that
+  // misses. A history that orders this job's measurements badly weighs nothing.
+  void SetPrior(const v1::Candidate& seed, const WarmStart& warm);
   // The index of the child to evaluate; 0 when there is no model yet (too few points, children
   // of different variants, or knob values outside the space).
   int Choose(const std::vector<const v1::Candidate*>& children, uint64_t seed,
@@ -72,6 +79,13 @@ class Screener {
   std::optional<int> ChooseByOracle(const std::vector<const v1::Candidate*>& children) const;
   // Value positions followed by each knob's alignment class: the surrogate's point.
   std::vector<int> Features(const std::vector<int>& positions) const;
+  // The value positions of a Features point.
+  std::vector<int> Positions(const std::vector<int>& features) const;
+  // The child the history ranks first (nullopt: it knows none of them).
+  std::optional<int> ChooseByPrior(const std::vector<std::vector<int>>& children, const std::vector<double>& weights) const;
+  // The prior's weights given the variant's own points.
+  std::vector<double> PriorWeights(const std::vector<std::vector<int>>& points,
+                                   const std::vector<double>& objective) const;
 
   const ParamSpace& space_;
   CandidateHasher hasher_;  // a job's candidates mostly share one source: normalised once
@@ -79,6 +93,8 @@ class Screener {
   std::vector<int> cardinality_;     // values per knob, for the surrogate
   std::vector<int> alignment_span_;
   std::map<std::string, History> variants_;
+  std::optional<Prior> prior_;
+  std::string prior_variant_;
 };
 
 }  // namespace kforge::coordinator

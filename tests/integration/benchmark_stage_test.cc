@@ -202,7 +202,7 @@ TEST_F(BenchmarkStageTest, EachSizeSetRacesAgainstTheBestsSpeedupOnThatSet) {
   for (const auto& t : own.timings()) {
     ASSERT_GT(t.speedup(), 0) << t.size_set();
     (*req.mutable_best_set_speedups())[t.size_set()] =
-        t.speedup() * (t.size_set() == "large" ? 2.5 : 0.3);
+        t.speedup() * (t.size_set() == "large" ? 10 : 0.1);  // far apart: a loaded machine wanders 2x
   }
   v1::EvaluationResult r = ev->Evaluate(req);
   ASSERT_EQ(r.outcome(), v1::OUTCOME_OK) << r.message();

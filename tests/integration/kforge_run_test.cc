@@ -223,6 +223,27 @@ kernel void scale(global const float* x, global float* y, int n) {
 }
 )cl";
 
+// The same kernel in a second problem folder (another recording of it) finds the first job in the
+// --db: the run says so, and the report; --cold starts from nothing.
+TEST(KforgeRunTest, ASecondProblemOfTheSameKernelStartsWarmUnlessCold) {
+  TempDir dir;
+  const std::string first = WriteSynthReplayProblem(dir, "first", {}, "synth-first");
+  const std::string second = WriteSynthReplayProblem(dir, "second", {}, "synth-second");
+  const std::string db = dir.path() + "/k.db";
+  RunResult r = RunProgram(Kforge(), {"run", first, "--budget", "12", "--db", db, "--out", dir.path() + "/o1"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("warm start")));
+  r = RunProgram(Kforge(), {"run", second, "--budget", "8", "--db", db, "--out", dir.path() + "/o2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("warm start: 12 evaluations from 1 earlier job on Synthetic GPU (run with --cold"));
+  EXPECT_THAT(ReadFile(dir.path() + "/o2/report.md"), HasSubstr("- warm start: 12 evaluations"));
+  EXPECT_THAT(ReadJson(dir.path() + "/o2/report.json").value("warm_start", ""), HasSubstr("from 1 earlier job"));
+  r = RunProgram(Kforge(), {"run", second, "--budget", "8", "--db", db, "--out", dir.path() + "/o3", "--cold"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("warm start")));
+  EXPECT_THAT(ReadFile(dir.path() + "/o3/report.md"), Not(HasSubstr("warm start")));
+}
+
 TEST(KforgeRunTest, SmallOpenClProblem) {
   TempDir dir;
   dir.Write("scale/problem.yaml", kScaleYaml);

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/store/api_key.h"
 #include "common/store/store.h"
 #include "gmock/gmock.h"
@@ -389,6 +390,31 @@ TEST_P(StoreContractTest, ListJobsFiltersByProblemHash) {
   q.problem_hash = "hash-2";
   EXPECT_THAT(JobIds(q), ElementsAre("p2"));
   q.problem_hash = "hash-3";
+  EXPECT_THAT(JobIds(q), IsEmpty());
+}
+
+// Jobs of one kernel on other devices and shapes: the seed's source and knob names make the key,
+// not the sizes or the problem's hash.
+TEST_P(StoreContractTest, ListJobsFiltersByKernelKey) {
+  auto with_kernel = [](v1::Job j, const std::string& source, const std::string& knob, int64_t size) {
+    v1::Problem* p = j.mutable_spec()->mutable_problem();
+    p->mutable_seed()->set_source(source);
+    p->mutable_seed()->add_params()->set_name(knob);
+    (*p->add_size_sets()->mutable_sizes())["N"] = size;
+    return j;
+  };
+  MustCreateJob(with_kernel(MakeContractJob("k1", "acme", "hash-1"), "kernel void f() {}", "TILE", 1024));
+  MustCreateJob(with_kernel(MakeContractJob("k2", "acme", "hash-2"), "kernel void f() {}", "TILE", 4096));
+  MustCreateJob(with_kernel(MakeContractJob("k3", "acme", "hash-3"), "kernel void g() {}", "TILE", 1024));
+  MustCreateJob(with_kernel(MakeContractJob("k4", "acme", "hash-4"), "kernel void f() {}", "BLOCK", 1024));
+  MustCreateJob(with_kernel(MakeContractJob("k5", "other", "hash-1"), "kernel void f() {}", "TILE", 1024));
+  JobQuery q;
+  q.tenant = "acme";
+  q.kernel_key = HashKernel(with_kernel(MakeContractJob("x"), "kernel void f() {}", "TILE", 8).spec().problem());
+  EXPECT_THAT(JobIds(q), ElementsAre("k2", "k1"));
+  q.tenant = "";
+  EXPECT_THAT(JobIds(q), ElementsAre("k5", "k2", "k1"));
+  q.kernel_key = "no-such-kernel";
   EXPECT_THAT(JobIds(q), IsEmpty());
 }
 

@@ -214,6 +214,67 @@ TEST_F(ScreenerTest, AnOracleThatKnowsNoChildDefersToTheModel) {
   EXPECT_EQ(s.Choose({&far, &near}, 1), 0);
 }
 
+// A history of the same kernel elsewhere: cost = |A - peak| (+ B / 1000, so that no two tie).
+WarmStart HistoryPeakingAt(int64_t peak, const std::string& device = "GPU A") {
+  PriorRun run{.job_id = "earlier", .device = device};
+  for (int64_t a : {1, 2, 4, 8, 16, 32, 64, 128}) {
+    for (int64_t b : {1, 2, 4, 8}) {
+      run.points.push_back({{{"A", a}, {"B", b}}, std::abs(std::log2(static_cast<double>(a)) -
+                                                           std::log2(static_cast<double>(peak))) + b / 1000.0});
+    }
+  }
+  return WarmStart{.runs = {run}};
+}
+
+TEST_F(ScreenerTest, BeforeItsOwnModelTheHistoryRanksTheSeedsChildren) {
+  Screener s(*space_, {.exploration = 0});
+  s.SetPrior(Child(1, 1), HistoryPeakingAt(8));
+  const v1::Candidate far = Child(128, 2), near = Child(16, 2), best = Child(8, 1);
+  EXPECT_EQ(s.Choose({&far, &near}, 1), 1);
+  EXPECT_EQ(s.Choose({&far, &best, &near}, 1), 1);
+  // A model-written variant (another source) is not the history's kernel: no ranking.
+  const v1::Candidate other_far = Child(128, 2, "other"), other_near = Child(16, 2, "other");
+  EXPECT_EQ(s.Choose({&other_far, &other_near}, 1), 0);
+  // Without a history, nothing ranks the children yet.
+  Screener cold(*space_, {.exploration = 0});
+  EXPECT_EQ(cold.Choose({&far, &near}, 1), 0);
+}
+
+TEST_F(ScreenerTest, AHistoryThatAgreesSteersTheModelWhereItHasNoData) {
+  // The job has measured A = 1..8 only, faster as A grows; the history agrees there and knows
+  // that the peak is at A = 64. Beyond its data, the job's own model prefers the nearest step.
+  auto observe = [](Screener& s) {
+    for (int64_t a : {1, 2, 4, 8}) {
+      for (int64_t b : {1, 4, 16}) s.Record(Child(a, b), Result(v1::OUTCOME_OK, static_cast<double>(a) + b / 100.0));
+    }
+  };
+  Screener with(*space_, {.exploration = 0});
+  with.SetPrior(Child(1, 1), HistoryPeakingAt(64));
+  Screener without(*space_, {.exploration = 0});
+  observe(with);
+  observe(without);
+  const v1::Candidate next = Child(16, 2), peak = Child(64, 2);
+  EXPECT_EQ(with.Choose({&next, &peak}, 1), 1);
+  EXPECT_EQ(with.Choose({&peak, &next}, 1), 0);
+  EXPECT_EQ(without.Choose({&next, &peak}, 1), 0);
+}
+
+TEST_F(ScreenerTest, AHistoryThatDisagreesWithTheJobsOwnMeasurementsWeighsNothing) {
+  // The history peaks at A = 1, the job's measurements at A = 32: once they can be compared, the
+  // screener chooses as it would without a history, whatever the children and the seed.
+  Screener with(*space_, {.exploration = 1});
+  with.SetPrior(Child(1, 1), HistoryPeakingAt(1));
+  Screener without(*space_, {.exploration = 1});
+  Observe(with, 12);
+  Observe(without, 12);
+  const v1::Candidate a = Child(1, 4), b = Child(32, 2), c = Child(8, 16), d = Child(2, 1);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    EXPECT_EQ(with.Choose({&a, &b, &c, &d}, seed), without.Choose({&a, &b, &c, &d}, seed)) << seed;
+    EXPECT_EQ(with.Choose({&d, &a}, seed, ScreenScope::kGlobal), without.Choose({&d, &a}, seed, ScreenScope::kGlobal))
+        << seed;
+  }
+}
+
 TEST_F(ScreenerTest, NoModelWithoutEnoughData) {
   Screener s(*space_, {.min_points = 4, .exploration = 0});
   const v1::Candidate far = Child(1, 4), near = Child(32, 2);
