@@ -2,7 +2,7 @@
 // recorded tuning spaces (Kernel Tuner caches, replay backend), against random search without
 // replacement measured in the same run with the same seeds.
 //
-//   kforge-bench-search --cache FILE... [--history FILE... [--history-first N]] [--budget 50,100,200]
+//   kforge-bench-search --cache FILE... [--history FILE... [--history-first N]] [--budget 50,100,200] [--trace]
 //                       [--seeds 20] [--json]
 //                       [--screen N] [--screen-oracle FRACTION] [engine options]
 //                       [--slots N [--as-arrive [--ready M]]]

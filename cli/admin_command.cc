@@ -75,6 +75,8 @@ absl::Status ApplyQuota(const AdminArgs& args, v1::TenantQuota* q) {
   return absl::OkStatus();
 }
 
+std::string HistoryWord(const v1::Tenant& t) { return t.share_history() ? "pooled" : "own"; }
+
 std::string Limit(int64_t v) { return v > 0 ? absl::StrCat(v) : "-"; }
 
 }  // namespace
@@ -88,6 +90,7 @@ int AdminTenantCreate(const AdminArgs& args) {
   tenant.set_name(args.name);
   tenant.set_display_name(args.display_name);
   if (absl::Status st = ApplyQuota(args, tenant.mutable_quota()); !st.ok()) return Fail(kCmd, st);
+  if (args.share_history) tenant.set_share_history(*args.share_history);
   SetNow(tenant.mutable_created_at());
   if (absl::Status st = (*store)->CreateTenant(tenant); !st.ok()) {
     if (absl::IsAlreadyExists(st))
@@ -108,12 +111,13 @@ int AdminTenantList(const AdminArgs& args) {
     std::cout << "no tenants\n";
     return 0;
   }
-  std::cout << absl::StrFormat("%-24s %-32s %-20s %8s %10s %10s\n", "TENANT", "DISPLAY NAME", "CREATED (UTC)",
-                               "MAX JOBS", "IN FLIGHT", "EVALS/HOUR");
+  std::cout << absl::StrFormat("%-24s %-32s %-20s %8s %10s %10s %8s\n", "TENANT", "DISPLAY NAME", "CREATED (UTC)",
+                               "MAX JOBS", "IN FLIGHT", "EVALS/HOUR", "HISTORY");
   for (const v1::Tenant& t : *tenants) {
-    std::cout << absl::StrFormat("%-24s %-32s %-20s %8s %10s %10s\n", t.name(), t.display_name(),
+    std::cout << absl::StrFormat("%-24s %-32s %-20s %8s %10s %10s %8s\n", t.name(), t.display_name(),
                                  FormatUtc(t.created_at()), Limit(t.quota().max_running_jobs()),
-                                 Limit(t.quota().max_in_flight()), Limit(t.quota().max_evaluations_per_hour()));
+                                 Limit(t.quota().max_in_flight()), Limit(t.quota().max_evaluations_per_hour()),
+                                 HistoryWord(t));
   }
   return 0;
 }
@@ -132,11 +136,13 @@ int AdminTenantQuota(const AdminArgs& args) {
     return Fail(kCmd, tenant.status());
   }
   if (absl::Status st = ApplyQuota(args, tenant->mutable_quota()); !st.ok()) return Fail(kCmd, st);
+  if (args.share_history) tenant->set_share_history(*args.share_history);
   if (absl::Status st = (*store)->UpdateTenant(*tenant); !st.ok()) return Fail(kCmd, st);
   const v1::TenantQuota& q = tenant->quota();
-  std::cout << absl::StrFormat("tenant %s: max running jobs %s, max in flight %s, max evaluations per hour %s\n",
-                               args.name, Limit(q.max_running_jobs()), Limit(q.max_in_flight()),
-                               Limit(q.max_evaluations_per_hour()));
+  std::cout << absl::StrFormat(
+      "tenant %s: max running jobs %s, max in flight %s, max evaluations per hour %s, history %s\n", args.name,
+      Limit(q.max_running_jobs()), Limit(q.max_in_flight()), Limit(q.max_evaluations_per_hour()),
+      HistoryWord(*tenant));
   return 0;
 }
 
@@ -224,6 +230,9 @@ void AdminCommands::Register(CLI::App& app) {
                     "candidates in evaluation at once across the tenant's jobs (0: no limit)");
     cmd->add_option("--max-evaluations-per-hour", args_.max_evaluations_per_hour,
                     "candidates dispatched in any hour across the tenant's jobs (0: no limit)");
+    cmd->add_option("--share-history", args_.share_history,
+                    "true: pool the tenant's tuning history with the other tenants that pool theirs (jobs' warm "
+                    "starts draw on each other's configurations and ranks); false (the default): its own only");
   };
   add_quota(tenant_create_);
   add_db(tenant_create_);

@@ -23,11 +23,13 @@ struct AdminArgs {
   std::optional<int64_t> max_running_jobs;
   std::optional<int64_t> max_in_flight;
   std::optional<int64_t> max_evaluations_per_hour;
+  // tenant-create / tenant-quota: pool the tenant's tuning history (Tenant.share_history).
+  std::optional<bool> share_history;
 };
 
 int AdminTenantCreate(const AdminArgs& args);
 int AdminTenantList(const AdminArgs& args);
-// Changes a tenant's quotas (the coordinators apply them within seconds).
+// Changes a tenant's quotas and history pooling (the coordinators apply them within seconds).
 int AdminTenantQuota(const AdminArgs& args);
 // Prints the new token alone on stdout (it is shown this once) and a note on stderr.
 int AdminKeyCreate(const AdminArgs& args);

@@ -374,6 +374,8 @@ std::string HashKernel(const v1::Problem& problem) {
   const std::string source = NormaliseSource(problem.seed().source());
   absl::StrAppend(&text, "source ", source.size(), "\n", source, "\n");
   for (const auto& n : names) absl::StrAppend(&text, "param ", n.size(), " ", n, "\n");
+  // A replay problem has no source: the recorded kernel's name stands for it.
+  if (problem.backend() == v1::BACKEND_REPLAY) absl::StrAppend(&text, "replay ", problem.replay().kernel_name());
   return Sha256Hex(text);
 }
 

@@ -510,6 +510,7 @@ absl::Status Loader::LoadReplay(const YamlNode& root) {
   if (!cache.ok()) return node.Child("cache").Error(EchoValue(cache.status().message(), 400));
   p_.mutable_replay()->set_cache_file(rel);
   p_.mutable_replay()->set_cache_path(path.string());
+  p_.mutable_replay()->set_kernel_name(cache->kernel_name);
   v1::SizeSet* set = p_.add_size_sets();
   set->set_name("default");
   set->set_bench(true);
@@ -605,6 +606,7 @@ absl::StatusOr<v1::Problem> ReplayProblemFromCache(const std::string& cache_path
   p.set_description(absl::StrCat("recorded tuning space of ", cache->kernel_name, " on ", cache->device_name));
   p.mutable_replay()->set_cache_file(fs::path(cache_path).filename().string());
   p.mutable_replay()->set_cache_path(fs::absolute(cache_path).string());
+  p.mutable_replay()->set_kernel_name(cache->kernel_name);
   auto* set = p.add_size_sets();
   set->set_name("default");
   set->set_bench(true);

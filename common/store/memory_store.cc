@@ -287,6 +287,7 @@ absl::Status MemoryStore::UpdateTenant(const v1::Tenant& tenant) {
   if (it == tenants_.end()) return NoTenantError(tenant.name());
   it->second.set_display_name(tenant.display_name());
   *it->second.mutable_quota() = tenant.quota();
+  it->second.set_share_history(tenant.share_history());
   return absl::OkStatus();
 }
 

@@ -52,6 +52,7 @@ absl::Status PostgresStore::UpdateTenant(const v1::Tenant& tenant) {
                if (!stored.ok()) return stored.status();
                stored->set_display_name(tenant.display_name());
                *stored->mutable_quota() = tenant.quota();
+               stored->set_share_history(tenant.share_history());
                w.exec_params("UPDATE tenants SET body = $2 WHERE name = $1", tenant.name(),
                              pqxx::binarystring(stored->SerializeAsString()));
                return true;

@@ -490,6 +490,7 @@ absl::Status SqliteStore::UpdateTenant(const v1::Tenant& tenant) {
     if (!stored.ok()) return stored.status();
     stored->set_display_name(tenant.display_name());
     *stored->mutable_quota() = tenant.quota();
+    stored->set_share_history(tenant.share_history());
     Stmt u(db_, "UPDATE tenants SET body = ? WHERE name = ?");
     u.Blob(1, stored->SerializeAsString()).Text(2, tenant.name());
     if (u.Step() != SQLITE_DONE) return Error("update tenant");

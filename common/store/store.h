@@ -154,7 +154,7 @@ class Store {
   // AlreadyExists if the name is taken.
   [[nodiscard]] virtual absl::Status CreateTenant(const v1::Tenant& tenant) = 0;
   [[nodiscard]] virtual absl::StatusOr<v1::Tenant> GetTenant(const std::string& name) = 0;
-  // Replaces display name and quota; NotFound if absent.
+  // Replaces display name, quota and history pooling; NotFound if absent.
   [[nodiscard]] virtual absl::Status UpdateTenant(const v1::Tenant& tenant) = 0;
   // By name.
   [[nodiscard]] virtual absl::StatusOr<std::vector<v1::Tenant>> ListTenants() = 0;

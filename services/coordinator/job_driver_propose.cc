@@ -59,7 +59,12 @@ struct BorrowingMutateRequest {
 // whole job's timings does better (bench/README.md).
 constexpr int kMaxGlobalDraws = 512;
 // How a warm start's proposals are marked (a resumed job counts the ones it made by it).
-constexpr absl::string_view kWarmStartNote = "warm start";
+constexpr absl::string_view kWarmStartNote = "warm start: the history's configuration #";
+
+bool IsWarmProposal(const v1::Candidate& c) {
+  return c.mutator() == v1::MUTATOR_KIND_PARAMETRIC && c.parent_ids().empty() &&
+         absl::StartsWith(c.note(), kWarmStartNote);
+}
 // Each child carries its kernel source: a global draw's reply stays well under gRPC's 4 MiB
 // default message limit when the mutator is the remote proxy.
 constexpr size_t kMaxGlobalDrawBytes = size_t{1} << 20;
@@ -97,14 +102,21 @@ absl::Status JobDriver::BeginWarmStart() {
   if (options_.warm_start.has_value()) {
     warm = *options_.warm_start;
   } else {
-    absl::StatusOr<WarmStart> loaded = LoadWarmStart(
-        store_, spec.problem(), {.tenant = spec.tenant(), .job_id = job_id_, .device_class = ReuseClass()});
-    if (!loaded.ok()) {
-      // A warm start only saves work: without it the job starts cold.
-      log_->warn("job={} cannot read the fleet's history, starting cold: {}", job_id_, loaded.status().message());
-      return absl::OkStatus();
+    // A job draws on the history as it was when the job first began: a resumed one rebuilds that
+    // (or stays without), so that it makes the same choices as an uninterrupted run. A store error
+    // fails the begin (it is retried) rather than starting a different search.
+    const bool resumed = job_.has_started_at();
+    if (resumed && job_.warm_start_sources().empty()) return absl::OkStatus();
+    WarmStartQuery query{.tenant = spec.tenant(), .job_id = job_id_, .device_class = ReuseClass()};
+    for (const v1::WarmStartSource& s : job_.warm_start_sources()) query.from_jobs.push_back(s.job_id());
+    KF_ASSIGN_OR_RETURN(warm, LoadWarmStart(store_, spec.problem(), query));
+    if (!resumed) {
+      for (const PriorRun& r : warm.runs) {
+        v1::WarmStartSource* s = job_.add_warm_start_sources();
+        s->set_job_id(r.job_id);
+        s->set_evaluations(static_cast<int64_t>(r.points.size()));
+      }
     }
-    warm = *std::move(loaded);
   }
   if (warm.empty()) return absl::OkStatus();
   const std::optional<ParamAssignment> seed_params = space_->DefaultAssignment();
@@ -122,7 +134,7 @@ absl::Status JobDriver::BeginWarmStart() {
   int proposals = options_.warm_proposals >= 0
                       ? options_.warm_proposals
                       : static_cast<int>(budget > 0 ? std::clamp<int64_t>(budget / 40, 0, 8) : 2);
-  for (const v1::Candidate& c : cands_) proposals -= absl::StartsWith(c.note(), kWarmStartNote);  // a resumed job's
+  for (const v1::Candidate& c : cands_) proposals -= IsWarmProposal(c);  // a resumed job's
   warm_left_ = std::max(0, proposals);
   const std::string summary = warm.Summary();
   if (job_.warm_start().empty()) {
@@ -145,7 +157,7 @@ std::optional<v1::Candidate> JobDriver::NextWarmProposal() {
     v1::Candidate c = MakeSeedCandidate(job_.spec().problem(), a);
     if (seen_.contains(c.content_hash())) continue;
     c.set_mutator(v1::MUTATOR_KIND_PARAMETRIC);
-    c.set_note(absl::StrCat(kWarmStartNote, ": the history's configuration #", rank + 1));
+    c.set_note(absl::StrCat(kWarmStartNote, rank + 1));
     c.set_generation(1);
     --warm_left_;
     return c;

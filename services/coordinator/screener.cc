@@ -53,12 +53,10 @@ void Screener::SetPrior(const v1::Candidate& seed, const WarmStart& warm) {
   prior_variant_ = VariantKey(seed);
 }
 
-std::vector<double> Screener::PriorWeights(const std::vector<std::vector<int>>& points,
-                                           const std::vector<double>& objective) const {
-  std::vector<std::vector<int>> positions;
-  positions.reserve(points.size());
-  for (const auto& p : points) positions.push_back(Positions(p));
-  return prior_->Weights(positions, objective);
+std::vector<double> Screener::PriorWeights(History& h, const std::vector<double>& objective) const {
+  // Each point's ranks by the history's runs, looked up once (a run answers by a scan).
+  while (h.prior_ranks.size() < h.points.size()) h.prior_ranks.push_back(prior_->RunRanks(Positions(h.points[h.prior_ranks.size()])));
+  return prior_->Weights(h.prior_ranks, objective);
 }
 
 std::optional<int> Screener::ChooseByPrior(const std::vector<std::vector<int>>& children,
@@ -143,12 +141,12 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
     // by how they order what the variant has measured (equally before that).
     std::vector<double> weights(prior_->runs(), 1.0);
     if (it != variants_.end()) {
-      const History& h = it->second;
+      History& h = it->second;
       double worst = 0;
       for (const auto& t : h.log_time) worst = std::max(worst, t.value_or(worst));
       std::vector<double> objective;
       for (const auto& t : h.log_time) objective.push_back(t.value_or(worst));
-      weights = PriorWeights(h.points, objective);
+      weights = PriorWeights(h, objective);
     }
     return ChooseByPrior(child_positions, weights).value_or(0);
   }
@@ -194,11 +192,11 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   double slope = 0, mean_rank = 0;
   std::vector<double> residual = objective;
   if (with_prior) {
-    weights = PriorWeights(h.points, objective);
+    weights = PriorWeights(h, objective);
     std::vector<std::optional<double>> rank;
     double n = 0;
-    for (const auto& p : h.points) {
-      rank.push_back(prior_->Rank(Positions(p), weights));
+    for (const auto& run_ranks : h.prior_ranks) {
+      rank.push_back(Prior::Combine(run_ranks, weights));
       if (rank.back().has_value()) {
         mean_rank += *rank.back();
         ++n;

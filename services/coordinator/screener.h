@@ -69,6 +69,7 @@ class Screener {
  private:
   struct History {
     std::vector<std::vector<int>> points;
+    std::vector<std::vector<std::optional<double>>> prior_ranks;  // per point, each history run's rank
     std::vector<std::optional<double>> log_time;  // nullopt: failed
     int ok = 0;
     int shape = -1;          // the surrogate's kernel shape, re-chosen as the history grows
@@ -84,8 +85,7 @@ class Screener {
   // The child the history ranks first (nullopt: it knows none of them).
   std::optional<int> ChooseByPrior(const std::vector<std::vector<int>>& children, const std::vector<double>& weights) const;
   // The prior's weights given the variant's own points.
-  std::vector<double> PriorWeights(const std::vector<std::vector<int>>& points,
-                                   const std::vector<double>& objective) const;
+  std::vector<double> PriorWeights(History& h, const std::vector<double>& objective) const;
 
   const ParamSpace& space_;
   CandidateHasher hasher_;  // a job's candidates mostly share one source: normalised once

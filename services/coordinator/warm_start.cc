@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "services/coordinator/job_runner.h"
 
 namespace kforge::coordinator {
 
@@ -64,16 +65,20 @@ int64_t WarmStart::evaluations() const {
 std::string WarmStart::Summary() const {
   if (runs.empty()) return "";
   std::vector<std::string> devices;
-  int other_shape = 0;
+  int other_shape = 0, other_tenant = 0;
   for (const PriorRun& r : runs) {
     const std::string d = r.device.empty() ? "an unnamed device" : r.device;
     if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
     other_shape += r.other_shape;
+    other_tenant += r.other_tenant;
   }
   std::string s =
       absl::StrCat("warm start: ", evaluations(), " evaluations from ", runs.size(), " earlier job",
                    runs.size() == 1 ? "" : "s", " on ", absl::StrJoin(devices, ", "));
-  if (other_shape > 0) absl::StrAppend(&s, " (", other_shape, " of another shape)");
+  std::vector<std::string> notes;
+  if (other_shape > 0) notes.push_back(absl::StrCat(other_shape, " of another shape"));
+  if (other_tenant > 0) notes.push_back(absl::StrCat(other_tenant, " of another tenant"));
+  if (!notes.empty()) absl::StrAppend(&s, " (", absl::StrJoin(notes, ", "), ")");
   return s;
 }
 
@@ -105,47 +110,97 @@ std::vector<ParamAssignment> WarmStart::Ranked() const {
   return out;
 }
 
+namespace {
+
+// One earlier job's evaluations of the seed's variants, as a run of the history (fewer than two
+// points: none).
+absl::StatusOr<std::optional<PriorRun>> RunOf(Store& store, const v1::Job& job,
+                                              const v1::Problem& problem, const WarmStartQuery& q) {
+  const bool same_problem = job.spec().problem().content_hash() == problem.content_hash();
+  KF_ASSIGN_OR_RETURN(std::vector<v1::Candidate> cands, store.ListCandidates(job.id()));
+  KF_ASSIGN_OR_RETURN(std::vector<v1::EvaluationResult> evals, store.ListEvaluations(job.id()));
+  std::map<std::string, const v1::Candidate*> by_id;
+  for (const v1::Candidate& c : cands) by_id[c.id()] = &c;
+  PriorRun run{.job_id = job.id(),
+               .other_shape = Sizes(job.spec().problem()) != Sizes(problem),
+               .other_tenant = job.spec().tenant() != q.tenant};
+  const std::string& seed_source = job.spec().problem().seed().source();
+  for (const v1::EvaluationResult& e : evals) {
+    if (!e.reused_from_job().empty() || run.points.size() >= q.max_points_per_job) continue;
+    if (same_problem && (q.device_class.empty() || e.device().device_class() == q.device_class))
+      continue;
+    auto it = by_id.find(e.candidate_id());
+    if (it == by_id.end() || it->second->source() != seed_source) continue;
+    std::optional<double> cost;
+    switch (e.outcome()) {
+      case v1::OUTCOME_OK:
+        if (!std::isfinite(e.speedup()) || e.speedup() <= 0) continue;
+        cost = -std::log(e.speedup());
+        break;
+      case v1::OUTCOME_COMPILE_ERROR:
+      case v1::OUTCOME_LAUNCH_ERROR:
+      case v1::OUTCOME_WRONG_ANSWER:
+      case v1::OUTCOME_REJECTED:
+        break;  // the configuration fails: it ranks last
+      default:
+        continue;  // a timeout or the machine's fault says little about the configuration
+    }
+    if (run.device.empty()) run.device = e.device().name();
+    run.points.push_back(
+        {ParamAssignment(it->second->params().begin(), it->second->params().end()), cost});
+  }
+  if (run.points.size() < 2) return std::nullopt;
+  return run;
+}
+
+}  // namespace
+
 absl::StatusOr<WarmStart> LoadWarmStart(Store& store, const v1::Problem& problem,
                                         const WarmStartQuery& q) {
   WarmStart warm;
-  if (problem.seed().params().empty()) return warm;  // nothing to tune, nothing to transfer
-  KF_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store.ListJobs({.tenant = q.tenant,
-                                                                 .kernel_key = HashKernel(problem),
-                                                                 .limit = q.max_jobs + 1}));
-  for (const v1::Job& job : jobs) {
-    if (job.id() == q.job_id || static_cast<int>(warm.runs.size()) >= q.max_jobs) continue;
-    const bool same_problem = job.spec().problem().content_hash() == problem.content_hash();
-    KF_ASSIGN_OR_RETURN(std::vector<v1::Candidate> cands, store.ListCandidates(job.id()));
-    KF_ASSIGN_OR_RETURN(std::vector<v1::EvaluationResult> evals, store.ListEvaluations(job.id()));
-    std::map<std::string, const v1::Candidate*> by_id;
-    for (const v1::Candidate& c : cands) by_id[c.id()] = &c;
-    PriorRun run{.job_id = job.id(), .other_shape = Sizes(job.spec().problem()) != Sizes(problem)};
-    const std::string& seed_source = job.spec().problem().seed().source();
-    for (const v1::EvaluationResult& e : evals) {
-      if (!e.reused_from_job().empty() || run.points.size() >= q.max_points_per_job) continue;
-      if (same_problem && (q.device_class.empty() || e.device().device_class() == q.device_class))
-        continue;
-      auto it = by_id.find(e.candidate_id());
-      if (it == by_id.end() || it->second->source() != seed_source) continue;
-      std::optional<double> cost;
-      switch (e.outcome()) {
-        case v1::OUTCOME_OK:
-          if (e.speedup() <= 0) continue;
-          cost = -std::log(e.speedup());
-          break;
-        case v1::OUTCOME_COMPILE_ERROR:
-        case v1::OUTCOME_LAUNCH_ERROR:
-        case v1::OUTCOME_WRONG_ANSWER:
-        case v1::OUTCOME_REJECTED:
-          break;  // the configuration fails: it ranks last
-        default:
-          continue;  // a timeout or the machine's fault says little about the configuration
-      }
-      if (run.device.empty()) run.device = e.device().name();
-      run.points.push_back(
-          {ParamAssignment(it->second->params().begin(), it->second->params().end()), cost});
+  // Nothing to tune, nothing to transfer; and no tenant must never read as "any tenant".
+  if (problem.seed().params().empty() || q.tenant.empty()) return warm;
+  if (!q.from_jobs.empty()) {
+    for (const std::string& id : q.from_jobs) {
+      KF_ASSIGN_OR_RETURN(v1::Job job, store.GetJob(id));
+      KF_ASSIGN_OR_RETURN(std::optional<PriorRun> run, RunOf(store, job, problem, q));
+      if (run.has_value()) warm.runs.push_back(*std::move(run));
     }
-    if (run.points.size() >= 2) warm.runs.push_back(std::move(run));
+    return warm;
+  }
+  // The tenants whose history this job may use: its own, and where it pools its history, every
+  // tenant that pools theirs. A tenant without a record (embedded runs) has its own only.
+  std::set<std::string> tenants = {q.tenant};
+  absl::StatusOr<v1::Tenant> tenant = store.GetTenant(q.tenant);
+  if (!tenant.ok() && !absl::IsNotFound(tenant.status())) return tenant.status();
+  const bool pooled = tenant.ok() && tenant->share_history();
+  if (pooled) {
+    KF_ASSIGN_OR_RETURN(std::vector<v1::Tenant> all, store.ListTenants());
+    for (const v1::Tenant& t : all) {
+      if (t.share_history()) tenants.insert(t.name());
+    }
+  }
+  // Ended jobs only (their evaluations no longer change, so a resumed job can rebuild the same
+  // history), older than the asking job, newest first; a bounded scan.
+  constexpr int kPage = 32, kMaxScanned = 256;
+  std::string after = q.job_id;
+  for (int scanned = 0; scanned < kMaxScanned && static_cast<int>(warm.runs.size()) < q.max_jobs;) {
+    KF_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs,
+                        store.ListJobs({.tenant = pooled ? "" : q.tenant,
+                                        .kernel_key = HashKernel(problem),
+                                        .limit = kPage,
+                                        .after_job_id = after}));
+    for (const v1::Job& job : jobs) {
+      ++scanned;
+      after = job.id();
+      if (static_cast<int>(warm.runs.size()) >= q.max_jobs) break;
+      if (job.id() == q.job_id || !IsFinalJobState(job.state()) ||
+          !tenants.contains(job.spec().tenant()))
+        continue;
+      KF_ASSIGN_OR_RETURN(std::optional<PriorRun> run, RunOf(store, job, problem, q));
+      if (run.has_value()) warm.runs.push_back(*std::move(run));
+    }
+    if (static_cast<int>(jobs.size()) < kPage) break;
   }
   return warm;
 }
@@ -195,14 +250,30 @@ std::optional<double> Prior::RunRank(const Run& run, const std::vector<int>& pos
   return sum / n;
 }
 
+std::vector<std::optional<double>> Prior::RunRanks(const std::vector<int>& positions) const {
+  std::vector<std::optional<double>> out;
+  out.reserve(runs_.size());
+  for (const Run& run : runs_) out.push_back(RunRank(run, positions));
+  return out;
+}
+
 std::vector<double> Prior::Weights(const std::vector<std::vector<int>>& points,
+                                   const std::vector<double>& cost) const {
+  std::vector<std::vector<std::optional<double>>> run_ranks;
+  run_ranks.reserve(points.size());
+  for (const auto& p : points) run_ranks.push_back(RunRanks(p));
+  return Weights(run_ranks, cost);
+}
+
+std::vector<double> Prior::Weights(const std::vector<std::vector<std::optional<double>>>& run_ranks,
                                    const std::vector<double>& cost) const {
   std::vector<double> weights;
   weights.reserve(runs_.size());
-  for (const Run& run : runs_) {
+  for (size_t k = 0; k < runs_.size(); ++k) {
     std::vector<std::pair<double, double>> known;  // (run's rank, this job's cost)
-    for (size_t i = 0; i < points.size() && i < cost.size(); ++i) {
-      if (auto rk = RunRank(run, points[i]); rk.has_value()) known.emplace_back(*rk, cost[i]);
+    for (size_t i = 0; i < run_ranks.size() && i < cost.size(); ++i) {
+      if (k < run_ranks[i].size() && run_ranks[i][k].has_value())
+        known.emplace_back(*run_ranks[i][k], cost[i]);
     }
     int64_t concordant = 0, discordant = 0;
     for (size_t i = 0; i < known.size(); ++i) {
@@ -221,18 +292,21 @@ std::vector<double> Prior::Weights(const std::vector<std::vector<int>>& points,
   return weights;
 }
 
-std::optional<double> Prior::Rank(const std::vector<int>& positions,
-                                  const std::vector<double>& weights) const {
+std::optional<double> Prior::Combine(const std::vector<std::optional<double>>& run_ranks,
+                                     const std::vector<double>& weights) {
   double sum = 0, total = 0;
-  for (size_t k = 0; k < runs_.size() && k < weights.size(); ++k) {
-    if (weights[k] <= 0) continue;
-    if (auto rk = RunRank(runs_[k], positions); rk.has_value()) {
-      sum += weights[k] * *rk;
-      total += weights[k];
-    }
+  for (size_t k = 0; k < run_ranks.size() && k < weights.size(); ++k) {
+    if (weights[k] <= 0 || !run_ranks[k].has_value()) continue;
+    sum += weights[k] * *run_ranks[k];
+    total += weights[k];
   }
   if (total <= 0) return std::nullopt;
   return sum / total;
+}
+
+std::optional<double> Prior::Rank(const std::vector<int>& positions,
+                                  const std::vector<double>& weights) const {
+  return Combine(RunRanks(positions), weights);
 }
 
 }  // namespace kforge::coordinator

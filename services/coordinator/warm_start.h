@@ -38,6 +38,8 @@ struct PriorRun {
   std::string job_id;
   std::string device;        // the device's name as its worker reported it
   bool other_shape = false;  // the problem's sizes differ from this job's
+  bool other_tenant =
+      false;  // a tenant that pools its history with this job's (Tenant.share_history)
   std::vector<PriorPoint> points;
 };
 
@@ -46,18 +48,24 @@ struct WarmStart {
 
   bool empty() const { return runs.empty(); }
   int64_t evaluations() const;
-  // "warm start: 40 evaluations from 2 earlier jobs on A100, W7800 (1 of another shape)".
+  // "warm start: 40 evaluations from 2 earlier jobs on A100, W7800 (1 of another shape, 1 of
+  // another tenant)".
   std::string Summary() const;
   // The configurations the runs measured, by their mean relative rank over the runs that measured
   // them (0: fastest; a failure ranks last), best first; ties in first-seen order.
   std::vector<ParamAssignment> Ranked() const;
 };
 
-// Where a job's history comes from: the tenant's newest `max_jobs` other jobs of the same kernel
-// (HashKernel). Only evaluations of the seed's own source (its knob variants) count, each
-// measured there (a reused result is its original's), and not the runs of this very problem on
+// Where a job's history comes from: the tenant's newest `max_jobs` ended jobs, older than the
+// asking one, of the same kernel
+// (HashKernel), and where the tenant pools its history (Tenant.share_history), those of the other
+// tenants that pool theirs. Only evaluations of the seed's own source (its knob variants) count,
+// each measured there (a reused result is its original's), and not the runs of this very problem on
 // this job's device class: those are measurements here, which the job reuses as they are.
 struct WarmStartQuery {
+  // Not empty: exactly these jobs, in this order (a resumed job's snapshot), whatever their tenant
+  // or state now; the lookup below is skipped.
+  std::vector<std::string> from_jobs;
   std::string tenant;
   std::string job_id;        // the asking job (never its own history)
   std::string device_class;  // the job's, as reuse compares it ("" = not known yet)
@@ -79,6 +87,14 @@ class Prior {
   // rank, floored at 0; 1 while a run can rank fewer than kMinPairs pairs (no evidence yet).
   std::vector<double> Weights(const std::vector<std::vector<int>>& points,
                               const std::vector<double>& cost) const;
+  // The same from each point's RunRanks (a caller that keeps them need not look them up again).
+  std::vector<double> Weights(const std::vector<std::vector<std::optional<double>>>& run_ranks,
+                              const std::vector<double>& cost) const;
+  // Each run's rank of a point (nullopt: the run knows neither it nor a near neighbour).
+  std::vector<std::optional<double>> RunRanks(const std::vector<int>& positions) const;
+  // The weighted mean of a point's RunRanks; nullopt when no run with weight knows it.
+  static std::optional<double> Combine(const std::vector<std::optional<double>>& run_ranks,
+                                       const std::vector<double>& weights);
   // The weighted mean rank (0..1) the runs give a point (value positions); nullopt when no run
   // with weight knows it or a near neighbour of it.
   std::optional<double> Rank(const std::vector<int>& positions,

@@ -93,11 +93,14 @@ TEST_F(AdminTest, TenantQuotasAreSetListedAndChecked) {
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   r = Admin({"tenant-quota", "acme", "--max-running-jobs", "2", "--max-in-flight", "0"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_THAT(r.out, HasSubstr("max running jobs 2, max in flight -, max evaluations per hour 500"));
+  EXPECT_THAT(r.out, HasSubstr("max running jobs 2, max in flight -, max evaluations per hour 500, history own"));
+  r = Admin({"tenant-quota", "acme", "--share-history", "true"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("max evaluations per hour 500, history pooled"));
   r = Admin({"tenant-list"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("EVALS/HOUR"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("acme .* 2 +- +500"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("acme .* 2 +- +500 +pooled"));
   {
     auto store = SqliteStore::Open(Db());
     ASSERT_TRUE(store.ok()) << store.status();
@@ -106,6 +109,7 @@ TEST_F(AdminTest, TenantQuotasAreSetListedAndChecked) {
     EXPECT_EQ(t->quota().max_running_jobs(), 2);
     EXPECT_EQ(t->quota().max_in_flight(), 0);
     EXPECT_EQ(t->quota().max_evaluations_per_hour(), 500);
+    EXPECT_TRUE(t->share_history());
   }
   r = Admin({"tenant-quota", "acme", "--max-in-flight", "-1"});
   EXPECT_EQ(r.exit_code, 2) << Describe(r);

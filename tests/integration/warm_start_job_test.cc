@@ -59,15 +59,11 @@ class WarmStartJobTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status();
     return *p;
   }
-  // Runs a job of `problem` to its end with one worker.
-  v1::Job Run(const v1::Problem& problem, int64_t budget, bool cold, int warm_proposals) {
+  // Submits a job of `problem` to `store`.
+  std::string Submit(Store& store, const v1::Problem& problem, int64_t budget, bool cold) {
     MemoryWorkQueue queue(clock_, 3600);
-    auto validity = ReplayValidity(problem);
-    EXPECT_TRUE(validity.ok());
-    llm::ParametricMutator mutator({}, *validity);
-    coordinator::JobRunnerOptions options{.slots = 1, .poll_seconds = 0.02};
-    options.warm_proposals = warm_proposals;
-    coordinator::JobRunner runner(store_, queue, mutator, clock_, log_, options);
+    llm::ParametricMutator mutator({}, nullptr);
+    coordinator::JobRunner runner(store, queue, mutator, clock_, log_, {});
     v1::JobSpec spec;
     *spec.mutable_problem() = problem;
     spec.mutable_budget()->set_max_candidates(budget);
@@ -76,18 +72,43 @@ class WarmStartJobTest : public ::testing::Test {
     spec.set_tenant("acme");
     auto job = runner.Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+  // Runs (or resumes) a job with one worker, to its end or until `stop_after` evaluations.
+  v1::Job RunJob(Store& store, const v1::Problem& problem, const std::string& id,
+                 int warm_proposals, int64_t stop_after = 0) {
+    MemoryWorkQueue queue(clock_, 3600);
+    auto validity = ReplayValidity(problem);
+    EXPECT_TRUE(validity.ok());
+    llm::ParametricMutator mutator({}, *validity);
+    coordinator::JobRunnerOptions options{.slots = 1, .poll_seconds = 0.02};
+    options.warm_proposals = warm_proposals;
+    coordinator::JobRunner runner(store, queue, mutator, clock_, log_, options);
     worker::Evaluator evaluator(worker::EvaluatorOptions{}, clock_, log_);
     std::atomic<bool> stop{false}, worker_stop{false};
     std::thread worker([&] {
       worker::QueueWorker w(queue, evaluator, StreamFor(problem), "w", log_);
       w.Run(worker_stop);
     });
-    auto done = runner.Run(job->id(), stop);
+    auto done = runner.Run(id, stop, [&](const coordinator::Progress& p) {
+      if (stop_after > 0 && p.evaluations >= stop_after) stop = true;
+    });
     worker_stop = true;
     queue.Close();
     worker.join();
     EXPECT_TRUE(done.ok()) << done.status();
-    return *done;
+    return done.ok() ? *done : v1::Job{};
+  }
+  v1::Job Run(const v1::Problem& problem, int64_t budget, bool cold, int warm_proposals) {
+    return RunJob(store_, problem, Submit(store_, problem, budget, cold), warm_proposals);
+  }
+  std::vector<std::string> Trace(Store& store, const std::string& id) {
+    std::vector<std::string> out;
+    auto cands = store.ListCandidates(id);
+    EXPECT_TRUE(cands.ok());
+    for (const auto& c : *cands)
+      out.push_back(FormatParams(ParamAssignment(c.params().begin(), c.params().end())));
+    return out;
   }
   std::vector<v1::Candidate> Candidates(const v1::Job& job) {
     auto c = store_.ListCandidates(job.id());
@@ -128,7 +149,7 @@ TEST_F(WarmStartJobTest, AJobOnAnotherDeviceStartsFromTheFirstDevicesBestAndMeas
   EXPECT_EQ(warm.warm_start(), absl::StrCat("warm start: ", evals->size(),
                                             " evaluations from 1 earlier job on GPU A"));
   const std::vector<v1::Candidate> cands = Candidates(warm);
-  ASSERT_GE(cands.size(), 3u);
+  ASSERT_GE(cands.size(), 4u);
   for (int i : {1, 2}) {
     EXPECT_THAT(cands[i].note(), StartsWith("warm start")) << i;
     EXPECT_EQ(ParamAssignment(cands[i].params().begin(), cands[i].params().end()),
@@ -162,6 +183,35 @@ TEST_F(WarmStartJobTest, AJobOnAnotherDeviceStartsFromTheFirstDevicesBestAndMeas
   const v1::Job again = Run(a, 4, /*cold=*/false, /*warm_proposals=*/1);
   EXPECT_THAT(again.warm_start(),
               StartsWith("warm start: 16 evaluations from 2 earlier jobs on GPU B"));
+}
+
+// A job resumed after the store gained history keeps the history it began with: it proposes what
+// an uninterrupted run does.
+TEST_F(WarmStartJobTest, AResumedJobKeepsTheHistoryItBeganWith) {
+  const v1::Problem a = Load(WriteDevice(dir_, "GPU A", 1.0));
+  const v1::Problem b = Load(WriteDevice(dir_, "GPU B", 2.0));
+  const v1::Problem c = Load(WriteDevice(dir_, "GPU C", 0.5));
+  MemoryStore reference;
+  for (Store* s : {static_cast<Store*>(&reference), static_cast<Store*>(&store_)}) {
+    RunJob(*s, a, Submit(*s, a, 20, false), 2);
+  }
+  // GPU C's job is older than GPU B's but has not run when B's begins: it is not history then.
+  const std::string on_c = Submit(store_, c, 20, true);
+  const std::string ref_id = Submit(reference, b, 24, false);
+  const v1::Job want = RunJob(reference, b, ref_id, 2);
+  ASSERT_EQ(want.state(), v1::JOB_STATE_COMPLETED);
+  const std::string id = Submit(store_, b, 24, false);
+  const v1::Job stopped = RunJob(store_, b, id, 2, /*stop_after=*/6);
+  ASSERT_EQ(stopped.state(), v1::JOB_STATE_INTERRUPTED);
+  EXPECT_EQ(stopped.warm_start(), want.warm_start());
+  ASSERT_EQ(RunJob(store_, c, on_c, 2).state(), v1::JOB_STATE_COMPLETED);
+  const v1::Job resumed = RunJob(store_, b, id, 2);
+  ASSERT_EQ(resumed.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(resumed.warm_start(), want.warm_start());
+  ASSERT_EQ(resumed.warm_start_sources_size(), 1);
+  EXPECT_EQ(Trace(store_, id), Trace(reference, ref_id));
+  // A job begun now sees GPU C's job too.
+  EXPECT_THAT(Run(b, 4, false, 1).warm_start(), HasSubstr("from 2 earlier jobs on GPU C, GPU A"));
 }
 
 }  // namespace

@@ -1478,7 +1478,7 @@ TEST_P(StoreContractTest, CreateTenantWithATakenNameIsAlreadyExistsAndKeepsTheFi
   EXPECT_EQ(all->size(), 1u);
 }
 
-TEST_P(StoreContractTest, UpdateTenantReplacesDisplayNameAndQuota) {
+TEST_P(StoreContractTest, UpdateTenantReplacesDisplayNameQuotaAndHistoryPooling) {
   MustCreateTenant("acme");
   MustCreateTenant("other");
   v1::Tenant changed = MakeContractTenant("acme");
@@ -1486,11 +1486,13 @@ TEST_P(StoreContractTest, UpdateTenantReplacesDisplayNameAndQuota) {
   changed.mutable_quota()->set_max_running_jobs(10);
   changed.mutable_quota()->set_max_evaluations_per_hour(0);  // back to the cluster's default
   changed.mutable_quota()->set_max_in_flight(128);
+  changed.set_share_history(true);
   const absl::Status st = store().UpdateTenant(changed);
   ASSERT_TRUE(st.ok()) << st;
   auto got = store().GetTenant("acme");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->display_name(), "ACME Corp");
+  EXPECT_TRUE(got->share_history());
   EXPECT_EQ(got->quota().max_running_jobs(), 10);
   EXPECT_EQ(got->quota().max_evaluations_per_hour(), 0);
   EXPECT_EQ(got->quota().max_in_flight(), 128);

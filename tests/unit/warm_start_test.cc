@@ -86,7 +86,8 @@ TEST(WarmStartTest, PriorWeighsEachRunByHowItOrdersTheJobsOwnMeasurements) {
   const std::vector<std::vector<int>> points = {{0, 0}, {1, 0}, {2, 0}, {3, 0}};
   const std::vector<double> cost = {1, 2, 3, 4};
   // Three pairs are too few to judge: every run weighs 1.
-  EXPECT_THAT(prior.Weights({points.begin(), points.begin() + 3}, {cost.begin(), cost.begin() + 3}),
+  const std::vector<std::vector<int>> three(points.begin(), points.begin() + 3);
+  EXPECT_THAT(prior.Weights(three, std::vector<double>(cost.begin(), cost.begin() + 3)),
               ElementsAre(1.0, 1.0));
   EXPECT_THAT(prior.Weights(points, cost), ElementsAre(1.0, 0.0));
   // Ranks: exact points; the reversed run, at weight 0, says nothing.
@@ -117,9 +118,11 @@ class LoadWarmStartTest : public ::testing::Test {
   // count.
   void EarlierJob(const std::string& id, const v1::Problem& problem, const std::string& device,
                   const std::vector<std::pair<std::pair<int64_t, int64_t>, double>>& measured,
-                  const std::string& tenant = "acme") {
+                  const std::string& tenant = "acme",
+                  v1::JobState state = v1::JOB_STATE_COMPLETED) {
     v1::Job job;
     job.set_id(id);
+    job.set_state(state);
     job.mutable_spec()->set_tenant(tenant);
     *job.mutable_spec()->mutable_problem() = problem;
     ASSERT_TRUE(store_.CreateJob(job).ok());
@@ -170,8 +173,8 @@ TEST_F(LoadWarmStartTest, TakesTheSameKernelsSeedVariantsOnOtherDevicesAndShapes
   EarlierJob("other-tenant", here, "W7800", {{{1, 1}, 9.0}, {{2, 2}, 9.0}}, "globex");
   EarlierJob("too-little", here, "H100", {{{1, 1}, 9.0}});
 
-  auto warm = LoadWarmStart(store_, here,
-                            {.tenant = "acme", .job_id = "this", .device_class = "class:A100"});
+  auto warm =
+      LoadWarmStart(store_, here, {.tenant = "acme", .job_id = "", .device_class = "class:A100"});
   ASSERT_TRUE(warm.ok()) << warm.status();
   std::vector<std::string> jobs;
   for (const PriorRun& r : warm->runs) jobs.push_back(r.job_id);
@@ -188,7 +191,7 @@ TEST_F(LoadWarmStartTest, TakesTheSameKernelsSeedVariantsOnOtherDevicesAndShapes
             "warm start: 5 evaluations from 2 earlier jobs on A100, W7800 (1 of another shape)");
 
   // With the device not known yet, the same problem's runs are left to reuse, whatever device.
-  auto unknown = LoadWarmStart(store_, here, {.tenant = "acme", .job_id = "this"});
+  auto unknown = LoadWarmStart(store_, here, {.tenant = "acme", .job_id = ""});
   ASSERT_TRUE(unknown.ok());
   ASSERT_EQ(unknown->runs.size(), 1u);
   EXPECT_EQ(unknown->runs[0].job_id, "other-shape");
@@ -199,10 +202,78 @@ TEST_F(LoadWarmStartTest, TakesTheSameKernelsSeedVariantsOnOtherDevicesAndShapes
   ASSERT_EQ(own->runs.size(), 1u);
   EXPECT_EQ(own->runs[0].job_id, "other-device");
   auto one = LoadWarmStart(
-      store_, here,
-      {.tenant = "acme", .job_id = "this", .device_class = "class:A100", .max_jobs = 1});
+      store_, here, {.tenant = "acme", .job_id = "", .device_class = "class:A100", .max_jobs = 1});
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->runs.size(), 1u);
+  // The asking job's tenant is never "any tenant".
+  auto nobody = LoadWarmStart(store_, here, {.tenant = "", .job_id = ""});
+  ASSERT_TRUE(nobody.ok());
+  EXPECT_TRUE(nobody->empty());
+}
+
+TEST_F(LoadWarmStartTest, OnlyEndedJobsCountAndASnapshotRebuildsTheSameHistory) {
+  const v1::Problem here = Kernel();
+  EarlierJob("ended", here, "W7800", {{{1, 1}, 1.0}, {{2, 2}, 4.0}});
+  EarlierJob("running", here, "H100", {{{1, 1}, 1.0}, {{2, 2}, 4.0}}, "acme",
+             v1::JOB_STATE_RUNNING);
+  auto first =
+      LoadWarmStart(store_, here, {.tenant = "acme", .job_id = "", .device_class = "class:A100"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->runs.size(), 1u);
+  EXPECT_EQ(first->runs[0].job_id, "ended");
+  // Later: more history, and the running job ended. A resumed job asks for its snapshot.
+  EarlierJob("later", here, "B200", {{{1, 1}, 1.0}, {{4, 4}, 4.0}});
+  auto again = LoadWarmStart(
+      store_, here,
+      {.from_jobs = {"ended"}, .tenant = "acme", .job_id = "", .device_class = "class:A100"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->Summary(), first->Summary());
+  ASSERT_EQ(again->runs.size(), 1u);
+  EXPECT_EQ(again->runs[0].points.size(), first->runs[0].points.size());
+  // A snapshot naming a job the store lacks is an error (the begin is retried), not a cold start.
+  EXPECT_FALSE(LoadWarmStart(store_, here, {.from_jobs = {"gone"}, .tenant = "acme"}).ok());
+}
+
+TEST_F(LoadWarmStartTest, TenantsThatPoolTheirHistoryDrawOnEachOthersJobsOnly) {
+  const v1::Problem here = Kernel();
+  EarlierJob("globex-job", here, "W7800", {{{1, 1}, 1.0}, {{2, 2}, 4.0}}, "globex");
+  EarlierJob("initech-job", here, "H100", {{{1, 1}, 1.0}, {{2, 2}, 4.0}}, "initech");
+  EarlierJob("acme-job", here, "A100", {{{1, 1}, 1.0}, {{2, 2}, 4.0}}, "acme");
+  auto tenant = [this](const std::string& name, bool share) {
+    v1::Tenant t;
+    t.set_name(name);
+    t.set_share_history(share);
+    ASSERT_TRUE(store_.CreateTenant(t).ok());
+  };
+  tenant("acme", false);
+  tenant("globex", true);
+  tenant("initech", false);
+  auto runs = [&](const std::string& who) {
+    std::vector<std::string> ids;
+    auto warm =
+        LoadWarmStart(store_, here, {.tenant = who, .job_id = "", .device_class = "class:B200"});
+    EXPECT_TRUE(warm.ok()) << warm.status();
+    if (warm.ok()) {
+      for (const PriorRun& r : warm->runs)
+        ids.push_back(absl::StrCat(r.job_id, r.other_tenant ? " (other)" : ""));
+    }
+    return ids;
+  };
+  // acme does not pool: its own job only; globex pools, but nobody else does yet.
+  EXPECT_THAT(runs("acme"), ElementsAre("acme-job"));
+  EXPECT_THAT(runs("globex"), ElementsAre("globex-job"));
+  v1::Tenant acme = *store_.GetTenant("acme");
+  acme.set_share_history(true);
+  ASSERT_TRUE(store_.UpdateTenant(acme).ok());
+  // Both pool now: each draws on the other's job; initech, which does not, is in neither.
+  EXPECT_THAT(runs("acme"), ElementsAre("acme-job", "globex-job (other)"));
+  EXPECT_THAT(runs("globex"), ElementsAre("acme-job (other)", "globex-job"));
+  EXPECT_THAT(runs("initech"), ElementsAre("initech-job"));
+  auto warm =
+      LoadWarmStart(store_, here, {.tenant = "acme", .job_id = "", .device_class = "class:B200"});
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(warm->Summary(),
+            "warm start: 4 evaluations from 2 earlier jobs on A100, W7800 (1 of another tenant)");
 }
 
 }  // namespace
