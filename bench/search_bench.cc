@@ -77,7 +77,7 @@ coordinator::PriorRun PriorRunOf(const KtCache& cache) {
   return run;
 }
 
-std::optional<coordinator::WarmStart> g_history;
+std::shared_ptr<const coordinator::WarmStart> g_history;
 bool g_trace = false;  // each evaluation on stderr
 int g_history_first = -1;  // -1: the job's default
 
@@ -269,8 +269,9 @@ int main(int argc, char** argv) {
     }
     g_history.reset();
     if (!loaded.empty()) {
-      g_history.emplace();
-      for (const auto& h : loaded) g_history->runs.push_back(PriorRunOf(h));
+      auto warm = std::make_shared<coordinator::WarmStart>();
+      for (const auto& h : loaded) warm->runs.push_back(PriorRunOf(h));
+      g_history = std::move(warm);
     }
     std::vector<const KtEntry*> valid;
     for (const auto& [k, e] : cache->entries) {

@@ -210,7 +210,7 @@ class JobDriver {
   std::vector<ParamAssignment> warm_ranked_;  // the history's configurations, best first
   size_t warm_next_ = 0;
   int warm_left_ = 0;                         // history proposals still to make
-  ValidityFn warm_valid_;                     // a replay problem's recorded configurations
+  std::optional<ValidityFn> warm_valid_;      // a replay problem's recorded configurations, once read
   int screen_children_ = 16;
 
   std::vector<v1::Candidate> cands_;                       // in sequence order

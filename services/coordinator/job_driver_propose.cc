@@ -98,10 +98,9 @@ bool ReusableOutcome(v1::Outcome outcome) {
 absl::Status JobDriver::BeginWarmStart() {
   const v1::JobSpec& spec = job_.spec();
   if (spec.cold()) return absl::OkStatus();
-  WarmStart warm;
-  if (options_.warm_start.has_value()) {
-    warm = *options_.warm_start;
-  } else {
+  std::shared_ptr<const WarmStart> given = options_.warm_start;
+  WarmStart looked_up;
+  if (given == nullptr) {
     // A job draws on the history as it was when the job first began: a resumed one rebuilds that
     // (or stays without), so that it makes the same choices as an uninterrupted run. A store error
     // fails the begin (it is retried) rather than starting a different search.
@@ -109,24 +108,21 @@ absl::Status JobDriver::BeginWarmStart() {
     if (resumed && job_.warm_start_sources().empty()) return absl::OkStatus();
     WarmStartQuery query{.tenant = spec.tenant(), .job_id = job_id_, .device_class = ReuseClass()};
     for (const v1::WarmStartSource& s : job_.warm_start_sources()) query.from_jobs.push_back(s.job_id());
-    KF_ASSIGN_OR_RETURN(warm, LoadWarmStart(store_, spec.problem(), query));
+    KF_ASSIGN_OR_RETURN(looked_up, LoadWarmStart(store_, spec.problem(), query));
     if (!resumed) {
-      for (const PriorRun& r : warm.runs) {
+      for (const PriorRun& r : looked_up.runs) {
         v1::WarmStartSource* s = job_.add_warm_start_sources();
         s->set_job_id(r.job_id);
         s->set_evaluations(static_cast<int64_t>(r.points.size()));
       }
     }
   }
+  const WarmStart& warm = given != nullptr ? *given : looked_up;
   if (warm.empty()) return absl::OkStatus();
   const std::optional<ParamAssignment> seed_params = space_->DefaultAssignment();
   if (!seed_params.has_value()) return absl::OkStatus();
   screener_->SetPrior(MakeSeedCandidate(spec.problem(), *seed_params), warm);
   warm_ranked_ = warm.Ranked();
-  if (spec.problem().backend() == v1::BACKEND_REPLAY) {
-    // A configuration the recording lacks would only be refused: not proposed.
-    if (absl::StatusOr<ValidityFn> valid = ReplayValidity(spec.problem()); valid.ok()) warm_valid_ = *valid;
-  }
   const int64_t budget = spec.budget().max_candidates();
   // At small budgets the prior alone steers better: proposing the history's best first spends
   // evaluations on another device's optimum (budget 25, 20 seeds: mean 0.894 with 2, 0.921 with
@@ -153,7 +149,16 @@ std::optional<v1::Candidate> JobDriver::NextWarmProposal() {
     const ParamAssignment& a = warm_ranked_[rank];
     absl::StatusOr<bool> valid = space_->IsValid(a);
     if (!valid.ok() || !*valid) continue;  // another shape's configuration may not fit this one
-    if (warm_valid_ && !warm_valid_(a)) continue;
+    if (!warm_valid_.has_value()) {
+      // A replay problem's recorded configurations (its file is read only when a proposal is due):
+      // one the recording lacks would only be refused, so it is not proposed.
+      warm_valid_ = ValidityFn();
+      if (job_.spec().problem().backend() == v1::BACKEND_REPLAY) {
+        if (absl::StatusOr<ValidityFn> recorded = ReplayValidity(job_.spec().problem()); recorded.ok())
+          warm_valid_ = *recorded;
+      }
+    }
+    if (*warm_valid_ && !(*warm_valid_)(a)) continue;
     v1::Candidate c = MakeSeedCandidate(job_.spec().problem(), a);
     if (seen_.contains(c.content_hash())) continue;
     c.set_mutator(v1::MUTATOR_KIND_PARAMETRIC);

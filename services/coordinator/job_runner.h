@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -45,8 +46,9 @@ struct JobRunnerOptions {
   std::string device_class;      // work goes to StreamFor(problem, device_class); "" = any device
   ScreenOracle screen_oracle;    // benchmarks only: rank screened children by known costs
   // The history a job's warm start draws on (warm_start.h): by default the store's, looked up when
-  // the job begins; a benchmark on recorded spaces gives its own here. JobSpec.cold: none.
-  std::optional<WarmStart> warm_start;
+  // the job begins; a benchmark on recorded spaces gives its own here (shared: every job's driver
+  // copies these options). JobSpec.cold: none.
+  std::shared_ptr<const WarmStart> warm_start;
   // History configurations proposed first after the seed: -1 = one per 40 of the budget, at most 8.
   int warm_proposals = -1;
   // Ingest results in candidate order (deterministic; one slow result holds the job back) or as

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "common/hash.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -20,6 +22,42 @@ namespace {
 int Alignment(int64_t v) {
   const uint64_t a = static_cast<uint64_t>(v < 0 ? -v : v);
   return std::has_single_bit(a) ? std::countr_zero(a) + 1 : 0;
+}
+
+// The objective of a variant's first `n` points: the log times, a failure counting as the worst
+// time among them (0 when none succeeded).
+std::vector<double> ObjectiveOf(const std::vector<std::optional<double>>& log_time, size_t n) {
+  double worst = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    if (log_time[i].has_value()) worst = std::max(worst, *log_time[i]);
+  }
+  if (std::isinf(worst)) worst = 0;
+  std::vector<double> objective;
+  objective.reserve(n);
+  for (size_t i = 0; i < n; ++i) objective.push_back(log_time[i].value_or(worst));
+  return objective;
+}
+
+// The least-squares slope of `y` on the known `x`, floored at 0, and the known x's mean (0 and 0
+// with fewer than two known x).
+std::pair<double, double> NonNegativeSlope(const std::vector<std::optional<double>>& x, const std::vector<double>& y) {
+  double mean_x = 0, mean_y = 0, n = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].has_value()) continue;
+    mean_x += *x[i];
+    mean_y += y[i];
+    ++n;
+  }
+  if (n < 2) return {0.0, 0.0};
+  mean_x /= n;
+  mean_y /= n;
+  double cov = 0, var = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].has_value()) continue;
+    cov += (*x[i] - mean_x) * (y[i] - mean_y);
+    var += (*x[i] - mean_x) * (*x[i] - mean_x);
+  }
+  return {var > 1e-12 ? std::max(0.0, cov / var) : 0.0, mean_x};
 }
 
 }  // namespace
@@ -127,43 +165,28 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   }
   auto it = variants_.find(key);
   const bool with_prior = prior_.has_value() && key == prior_variant_;
+  const bool modelled = it != variants_.end() && it->second.ok >= options_.min_points;
+  if (!modelled && !with_prior) return 0;
+  // Every child's value positions; a knob value outside the space: no ranking.
   std::vector<std::vector<int>> child_positions;
-  if (with_prior) {
-    for (const v1::Candidate* c : children) {
-      auto idx = space_.ValueIndices(ParamAssignment(c->params().begin(), c->params().end()));
-      if (!idx.has_value()) return 0;
-      child_positions.push_back(*std::move(idx));
-    }
+  child_positions.reserve(children.size());
+  for (const v1::Candidate* c : children) {
+    auto idx = space_.ValueIndices(ParamAssignment(c->params().begin(), c->params().end()));
+    if (!idx.has_value()) return 0;
+    child_positions.push_back(*std::move(idx));
   }
-  if (it == variants_.end() || it->second.ok < options_.min_points) {
-    if (!with_prior) return 0;
+  if (!modelled) {
     // Too few points of its own for a model: the history ranks the children, its runs weighted
     // by how they order what the variant has measured (equally before that).
     std::vector<double> weights(prior_->runs(), 1.0);
     if (it != variants_.end()) {
       History& h = it->second;
-      double worst = 0;
-      for (const auto& t : h.log_time) worst = std::max(worst, t.value_or(worst));
-      std::vector<double> objective;
-      for (const auto& t : h.log_time) objective.push_back(t.value_or(worst));
-      weights = PriorWeights(h, objective);
+      weights = PriorWeights(h, ObjectiveOf(h.log_time, h.points.size()));
     }
     return ChooseByPrior(child_positions, weights).value_or(0);
   }
   History& h = it->second;
-  // Failures count as the worst time among the first `n` points.
-  auto objective_of = [&h](size_t n) {
-    double worst = -INFINITY;
-    for (size_t i = 0; i < n; ++i) {
-      if (h.log_time[i].has_value()) worst = std::max(worst, *h.log_time[i]);
-    }
-    if (std::isinf(worst)) worst = 0;
-    std::vector<double> objective;
-    objective.reserve(n);
-    for (size_t i = 0; i < n; ++i) objective.push_back(h.log_time[i].value_or(worst));
-    return objective;
-  };
-  const std::vector<double> objective = objective_of(h.points.size());
+  const std::vector<double> objective = ObjectiveOf(h.log_time, h.points.size());
 
   // Choosing the kernel shape costs a factorisation per shape, so it is chosen on the first T
   // points, for T in a geometric series, and reused until the history reaches the next T. A
@@ -178,7 +201,7 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   if (h.shape < 0 || h.shape_points != threshold) {
     Surrogate chooser(cardinality_, alignment_span_, {.max_points = options_.max_points});
     const std::vector<std::vector<int>> first(h.points.begin(), h.points.begin() + threshold);
-    if (!chooser.Fit(first, objective_of(threshold)).ok()) return 0;
+    if (!chooser.Fit(first, ObjectiveOf(h.log_time, threshold)).ok()) return 0;
     h.shape = chooser.shape_index();
     h.shape_points = threshold;
   }
@@ -194,30 +217,10 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   if (with_prior) {
     weights = PriorWeights(h, objective);
     std::vector<std::optional<double>> rank;
-    double n = 0;
-    for (const auto& run_ranks : h.prior_ranks) {
-      rank.push_back(Prior::Combine(run_ranks, weights));
-      if (rank.back().has_value()) {
-        mean_rank += *rank.back();
-        ++n;
-      }
-    }
-    if (n >= 2) {
-      mean_rank /= n;
-      double mean_y = 0;
-      for (size_t i = 0; i < rank.size(); ++i) {
-        if (rank[i].has_value()) mean_y += objective[i];
-      }
-      mean_y /= n;
-      double cov = 0, var = 0;
-      for (size_t i = 0; i < rank.size(); ++i) {
-        if (!rank[i].has_value()) continue;
-        cov += (*rank[i] - mean_rank) * (objective[i] - mean_y);
-        var += (*rank[i] - mean_rank) * (*rank[i] - mean_rank);
-      }
-      slope = var > 1e-12 ? std::max(0.0, cov / var) : 0.0;
-      for (size_t i = 0; i < rank.size(); ++i) residual[i] -= slope * (rank[i].value_or(mean_rank) - mean_rank);
-    }
+    rank.reserve(h.prior_ranks.size());
+    for (const auto& run_ranks : h.prior_ranks) rank.push_back(Prior::Combine(run_ranks, weights));
+    std::tie(slope, mean_rank) = NonNegativeSlope(rank, objective);
+    for (size_t i = 0; i < rank.size(); ++i) residual[i] -= slope * (rank[i].value_or(mean_rank) - mean_rank);
   }
   if (!model.Fit(h.points, residual).ok()) return 0;
 
@@ -226,12 +229,10 @@ int Screener::Choose(const std::vector<const v1::Candidate*>& children, uint64_t
   int best = 0;
   double best_score = INFINITY;
   for (size_t i = 0; i < children.size(); ++i) {
-    auto idx = space_.ValueIndices(
-        ParamAssignment(children[i]->params().begin(), children[i]->params().end()));
-    if (!idx.has_value()) return 0;
-    const auto pred = model.Predict(Features(*idx));
+    const std::vector<int>& idx = child_positions[i];
+    const auto pred = model.Predict(Features(idx));
     double prior_part = 0;
-    if (slope > 0) prior_part = slope * (prior_->Rank(*idx, weights).value_or(mean_rank) - mean_rank);
+    if (slope > 0) prior_part = slope * (prior_->Rank(idx, weights).value_or(mean_rank) - mean_rank);
     const double score = prior_part + pred.mean + (global ? options_.global_exploration : options_.exploration) * pred.sd * z(rng);
     if (score < best_score) {
       best_score = score;

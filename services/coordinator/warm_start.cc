@@ -183,13 +183,13 @@ absl::StatusOr<WarmStart> LoadWarmStart(Store& store, const v1::Problem& problem
   // Ended jobs only (their evaluations no longer change, so a resumed job can rebuild the same
   // history), older than the asking job, newest first; a bounded scan.
   constexpr int kPage = 32, kMaxScanned = 256;
+  const std::string kernel_key = HashKernel(problem);
   std::string after = q.job_id;
   for (int scanned = 0; scanned < kMaxScanned && static_cast<int>(warm.runs.size()) < q.max_jobs;) {
-    KF_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs,
-                        store.ListJobs({.tenant = pooled ? "" : q.tenant,
-                                        .kernel_key = HashKernel(problem),
-                                        .limit = kPage,
-                                        .after_job_id = after}));
+    KF_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store.ListJobs({.tenant = pooled ? "" : q.tenant,
+                                                                   .kernel_key = kernel_key,
+                                                                   .limit = kPage,
+                                                                   .after_job_id = after}));
     for (const v1::Job& job : jobs) {
       ++scanned;
       after = job.id();
